@@ -1,0 +1,330 @@
+"""The `farm` command line. The one place on the control plane that configures logging and turns
+a FarmError into a plain message and an exit code (SpecError and usage errors: 2; others: 1)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from farm import keys
+from farm.errors import FarmError, SpecError
+from farm.ledger import Ledger
+from farm.report import job_summary, progress_line, status_text
+from farm.settings import Settings, default_config_path, load_settings
+from farm.spec import build_render_spec, check_scene_path
+from farm.store import Store
+
+log = logging.getLogger("farm")
+
+
+class FarmGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FarmError as exc:
+            if ctx.meta.get("debug"):
+                raise
+            click.echo(f"farm: error: {exc}", err=True)
+            ctx.exit(2 if isinstance(exc, SpecError) else 1)
+
+
+def _settings(ctx: click.Context) -> Settings:
+    return load_settings(config_path=ctx.meta.get("config_path"))
+
+
+@click.group(cls=FarmGroup)
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Config file (default: $FARM_CONFIG or ~/.config/farm/config.json).",
+)
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
+    """farm: render Blender scenes and encode video on a farm of GPU workers."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    ctx.meta["debug"] = debug
+    ctx.meta["config_path"] = config_path or default_config_path(os.environ)
+
+
+@cli.command()
+@click.option(
+    "--data",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the farm keeps its data (default: ~/.local/share/farm).",
+)
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option(
+    "--threads",
+    type=click.IntRange(0, 1024),
+    default=0,
+    help="CPU threads per worker's Blender (0: all).",
+)
+@click.pass_context
+def up(ctx: click.Context, data: Path | None, workers: int, threads: int) -> None:
+    """Start a whole farm on this machine (loopback only)."""
+    from farm import local
+
+    data = data or Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "farm"
+    settings, started = local.up(data, workers, ctx.meta["config_path"], _settings(ctx), threads)
+    if not started:
+        click.echo(f"farm is already up (data in {data.resolve()}); `farm down` stops it")
+        return
+    click.echo(f"farm is up; data in {settings.data_dir}")
+    click.echo(f"  redis    {settings.redis_url.split('@')[-1]} (password in the config file)")
+    click.echo(f"  s3       {settings.s3_endpoint} bucket {settings.s3_bucket}")
+    click.echo(f"  workers  {workers}")
+    click.echo(
+        f"  flower   {settings.flower_url}  user {settings.flower_user} "
+        f"password {settings.flower_password}"
+    )
+    click.echo(f"  config   {ctx.meta['config_path']}")
+
+
+@cli.command()
+@click.option("--data", type=click.Path(path_type=Path), default=None)
+@click.pass_context
+def down(ctx: click.Context, data: Path | None) -> None:
+    """Stop everything `farm up` started."""
+    from farm import local
+
+    data = data or (Path(_settings(ctx).data_dir) if _settings(ctx).data_dir else None)
+    if data is None or not (data / "farm-up.json").exists():
+        click.echo("no local farm to stop")
+        return
+    stopped = local.down(data)
+    click.echo(f"stopped {', '.join(stopped)}" if stopped else "farm was not running")
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--frames", default=None, help="FIRST-LAST or FIRST-LAST:STEP (default: 1-120).")
+@click.option("--chunk-size", type=int, default=10, show_default=True)
+@click.option("--resolution", default="1920x1080", show_default=True)
+@click.option("--fps", type=float, default=24.0, show_default=True)
+@click.option("--samples", type=int, default=64, show_default=True)
+@click.option("--codec", default="h264", show_default=True, help="h264 or hevc.")
+@click.option("--wait", is_flag=True, help="Show progress until the job ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def submit(
+    ctx: click.Context,
+    path: Path,
+    frames: str | None,
+    chunk_size: int,
+    resolution: str,
+    fps: float,
+    samples: int,
+    codec: str,
+    wait: bool,
+    as_json: bool,
+) -> None:
+    """Submit a .blend scene to render into a video."""
+    from farm.jobs import submit as submit_job
+
+    check_scene_path(path)
+    spec = build_render_spec(
+        source_name=path.name,
+        frames=frames or "1-120",
+        chunk_size=chunk_size,
+        resolution=resolution,
+        fps=fps,
+        samples=samples,
+        codec=codec,
+    )
+    settings = _settings(ctx).require_farm()
+    done = submit_job(settings, spec, path)
+    if not wait:
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "id": done.job_id,
+                        "state": "queued",
+                        "chunks_total": done.chunks,
+                        "frames_total": done.frames,
+                        "scene_key": done.scene_key,
+                    }
+                )
+            )
+        else:
+            click.echo(done.job_id)
+        return
+    if not as_json:
+        click.echo(f"job {done.job_id}: {done.frames} frames in {done.chunks} chunks", err=True)
+    summary = _wait(settings, done.job_id, quiet=as_json)
+    if as_json:
+        click.echo(json.dumps(summary))
+    elif summary["state"] == "done":
+        click.echo(f"done: {summary['output']}  (farm fetch {done.job_id} DEST)")
+    ctx.exit(0 if summary["state"] == "done" else 1)
+
+
+def _wait(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:
+    ledger = Ledger.from_url(settings.redis_url)
+    tty = sys.stderr.isatty()
+    last = ""
+    while True:
+        summary = job_summary(ledger.job(job_id), ledger.chunks(job_id))
+        line = progress_line(summary)
+        if not quiet and line != last:
+            click.echo(("\r" + line) if tty else line, err=True, nl=not tty)
+            last = line
+        if summary["state"] in ("done", "failed", "cancelled"):
+            if not quiet and tty:
+                click.echo("", err=True)
+            if not quiet and summary["state"] != "done":
+                click.echo(f"job {job_id} {summary['state']}: {summary['error']}", err=True)
+            return summary
+        time.sleep(0.5)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def status(ctx: click.Context, job_id: str, as_json: bool) -> None:
+    """Show a job's state, its chunks and its output."""
+    ledger = Ledger.from_url(_settings(ctx).require_farm().redis_url)
+    job = ledger.job(job_id)
+    if not job:
+        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+    summary = job_summary(job, ledger.chunks(job_id))
+    click.echo(json.dumps(summary) if as_json else status_text(summary))
+
+
+@cli.command()
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """List jobs, newest first."""
+    ledger = Ledger.from_url(_settings(ctx).require_farm().redis_url)
+    rows = []
+    for job_id in ledger.job_ids(limit):
+        job = ledger.job(job_id)
+        summary = job_summary(job, [])
+        summary.pop("chunks")
+        rows.append(summary)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for row in rows:
+        click.echo(
+            f"{row['id']}  {row['state']:<10} {row['chunks_done']:>4}/{row['chunks_total']:<4} "
+            f"chunks  {row['spec'].get('source_name', '')}"
+        )
+
+
+@cli.command()
+@click.argument("job_id")
+@click.argument("dest", type=click.Path(path_type=Path))
+@click.option("--frames", "with_frames", is_flag=True, help="Download the rendered frames too.")
+@click.pass_context
+def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> None:
+    """Download a finished job's video (and frames) to DEST."""
+    settings = _settings(ctx).require_farm()
+    job = Ledger.from_url(settings.redis_url).job(job_id)
+    if not job:
+        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+    if job.get("state") != "done":
+        raise FarmError(f"job {job_id} is {job.get('state')}; its video exists once it is done")
+    store = Store.from_settings(settings)
+    target = dest / f"{job_id}.mp4" if dest.is_dir() or str(dest).endswith("/") else dest
+    store.get_file(job["output"], target)
+    click.echo(str(target))
+    if with_frames:
+        frames_dir = (dest if dest.is_dir() else dest.parent) / f"{job_id}-frames"
+        for key in store.keys(keys.job_prefix(job_id) + "frames/"):
+            store.get_file(key, frames_dir / Path(key).name)
+        click.echo(str(frames_dir))
+
+
+@cli.command()
+@click.option(
+    "--queues",
+    default="auto",
+    show_default=True,
+    help="auto (from the hardware probe) or a list such as render,encode,stitch.",
+)
+@click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option("--name", default=None, help="Worker name (default: farm@HOSTNAME).")
+@click.option("--threads", type=click.IntRange(0, 1024), default=0, show_default=True)
+@click.pass_context
+def worker(
+    ctx: click.Context, queues: str, concurrency: int, name: str | None, threads: int
+) -> None:
+    """Run a worker on this host (inside the worker container on a GPU host)."""
+    _settings(ctx).require_farm()
+    argv = [
+        sys.executable,
+        "-m",
+        "workers",
+        "--queues",
+        queues,
+        "--concurrency",
+        str(concurrency),
+        "--threads",
+        str(threads),
+    ]
+    if name:
+        argv += ["--name", name]
+    os.execv(sys.executable, argv)
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+@click.option("--interval-s", type=float, default=None, help="Seconds between passes.")
+@click.pass_context
+def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
+    """Requeue chunks whose lease expired and open completion gates."""
+    from farm.dispatch import Dispatcher, make_app
+    from farm.reconcile import Reconciler
+
+    logging.getLogger().setLevel(logging.INFO)
+    settings = _settings(ctx).require_farm()
+    rec = Reconciler(
+        Ledger.from_url(settings.redis_url),
+        Dispatcher(make_app(settings)),
+        max_attempts=settings.max_attempts,
+    )
+    if once:
+        click.echo(str(rec.run_once()))
+        return
+    rec.run_forever(interval_s or settings.reconcile_interval_s)
+
+
+@cli.command()
+@click.option("--address", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=5555, show_default=True)
+@click.pass_context
+def flower(ctx: click.Context, address: str, port: int) -> None:
+    """Run Flower for this farm, behind basic auth (FARM_FLOWER_USER / FARM_FLOWER_PASSWORD)."""
+    settings = _settings(ctx).require_farm()
+    if not settings.flower_user or not settings.flower_password:
+        raise FarmError("Flower needs credentials: set FARM_FLOWER_USER and FARM_FLOWER_PASSWORD")
+    env = {
+        **os.environ,
+        "CELERY_BROKER_URL": settings.redis_url,
+        "CELERY_RESULT_BACKEND": settings.redis_url,
+        "FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password}",
+    }
+    argv = [sys.executable, "-m", "celery", "flower", f"--address={address}", f"--port={port}"]
+    os.execve(sys.executable, argv, env)
+
+
+def main() -> None:
+    cli(prog_name="farm")

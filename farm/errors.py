@@ -1,0 +1,47 @@
+"""The farm's error hierarchy: every error says what the caller should do next.
+
+Transient errors are retried with backoff, permanent ones fail the chunk, interruptions requeue it
+without spending its failure budget. The CLI prints any FarmError plainly and exits 1 (SpecError: 2).
+"""
+
+from __future__ import annotations
+
+
+class FarmError(Exception):
+    """Base of every error the farm raises on purpose; its message is meant for a person."""
+
+
+class SpecError(FarmError):
+    """The job as submitted cannot run: fix the input and submit again (CLI exit code 2)."""
+
+
+class ConfigError(FarmError):
+    """Settings are missing or inconsistent: run `farm up` or set the FARM_* variables."""
+
+
+class TransientError(FarmError):
+    """A hiccup worth retrying with backoff (network, broker, object store)."""
+
+
+class UnreachableError(TransientError):
+    """A farm service (Redis, S3, Flower) does not answer at the configured address."""
+
+
+class StoreError(TransientError):
+    """The object store refused or failed a request."""
+
+
+class LedgerError(TransientError):
+    """The Redis ledger refused or failed a request."""
+
+
+class PermanentError(FarmError):
+    """Running the same work again will fail the same way: fail the chunk, keep the log."""
+
+
+class ChunkInterrupted(FarmError):
+    """The worker is going away (spot reclaim, shutdown): requeue, do not count a failure."""
+
+
+class LeaseLost(FarmError):
+    """Another attempt owns this chunk now: stop and discard this attempt's results."""

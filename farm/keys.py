@@ -1,0 +1,89 @@
+"""Every S3 key and Redis key the farm uses, in one place (pure).
+
+S3 is the durable record: a job can be rebuilt from what lies under `jobs/{job_id}/`.
+"""
+
+from __future__ import annotations
+
+REDIS_PREFIX = "farm"
+
+
+# ── S3 ────────────────────────────────────────────────────────────────────────────────────────
+def scene_key(sha256: str, suffix: str = ".blend") -> str:
+    """Scenes and masters are content-addressed: the same bytes are stored once."""
+    return f"scenes/{sha256}{suffix}"
+
+
+def job_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}/"
+
+
+def spec_key(job_id: str) -> str:
+    return f"jobs/{job_id}/spec.json"
+
+
+def frame_key(job_id: str, frame: int, ext: str = "png") -> str:
+    """Frames are keyed by frame number, not by chunk: a re-run writes the same keys."""
+    return f"jobs/{job_id}/frames/{frame:06d}.{ext}"
+
+
+def segment_key(job_id: str, chunk: int, ext: str = "mp4") -> str:
+    return f"jobs/{job_id}/segments/{chunk:05d}.{ext}"
+
+
+def manifest_key(job_id: str, chunk: int) -> str:
+    """Written last: a chunk is done when its manifest exists and verifies."""
+    return f"jobs/{job_id}/manifests/{chunk:05d}.json"
+
+
+def log_key(job_id: str, chunk: int, attempt: int, phase: str) -> str:
+    return f"jobs/{job_id}/logs/{chunk:05d}-{phase}-attempt{attempt}.log"
+
+
+def output_key(job_id: str, ext: str = "mp4") -> str:
+    return f"jobs/{job_id}/output.{ext}"
+
+
+# ── Redis ─────────────────────────────────────────────────────────────────────────────────────
+def r_jobs() -> str:
+    """Sorted set of job ids scored by submit time."""
+    return f"{REDIS_PREFIX}:jobs"
+
+
+def r_job(job_id: str) -> str:
+    """Hash: the job's state, spec, counters and timings."""
+    return f"{REDIS_PREFIX}:job:{job_id}"
+
+
+def r_chunk(job_id: str, chunk: int) -> str:
+    """Hash: one chunk's state, attempt, lease and timings."""
+    return f"{REDIS_PREFIX}:chunk:{job_id}:{chunk}"
+
+
+def r_frames(job_id: str) -> str:
+    """Hash: frame number -> "size:sha256" of the frame verified in the store."""
+    return f"{REDIS_PREFIX}:frames:{job_id}"
+
+
+def r_leases() -> str:
+    """Sorted set of "job_id:chunk" scored by lease expiry (unix seconds)."""
+    return f"{REDIS_PREFIX}:leases"
+
+
+def r_events(job_id: str) -> str:
+    """List of JSON events for `farm watch` and post-mortems."""
+    return f"{REDIS_PREFIX}:events:{job_id}"
+
+
+def r_workers() -> str:
+    """Hash: worker name -> JSON heartbeat (queues, devices, last seen)."""
+    return f"{REDIS_PREFIX}:workers"
+
+
+def lease_member(job_id: str, chunk: int) -> str:
+    return f"{job_id}:{chunk}"
+
+
+def parse_lease_member(member: str) -> tuple[str, int]:
+    job_id, _, chunk = member.rpartition(":")
+    return job_id, int(chunk)

@@ -1,0 +1,183 @@
+"""The one place that runs external programs (Blender, ffmpeg, ffprobe, the farm's servers).
+
+Each child runs in its own session so the whole process group can be stopped: SIGTERM first (the
+notify), then SIGKILL after a grace period (the terminate), as openjd-sessions does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from farm.errors import PermanentError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelPolicy:
+    """How a running program is stopped: SIGTERM, then SIGKILL after `terminate_delay_s`."""
+
+    terminate_delay_s: float = 5.0
+
+
+@dataclass(slots=True, kw_only=True)
+class Result:
+    argv: list[str]
+    returncode: int
+    tail: list[str]
+    duration_s: float
+    stopped: bool = False
+    """True when the program was stopped on purpose (cancel, lease lost, interruption)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.stopped
+
+
+@dataclass(slots=True)
+class Running:
+    """A handle to stop a running program from another thread."""
+
+    popen: subprocess.Popen[bytes] | None = None
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    policy: CancelPolicy = field(default_factory=CancelPolicy)
+
+    def stop(self) -> None:
+        self.stop_requested.set()
+        if self.popen is not None and self.popen.poll() is None:
+            stop_group(self.popen.pid, self.policy.terminate_delay_s)
+
+
+def stop_group(pid: int, terminate_delay_s: float) -> None:
+    """SIGTERM the process group, then SIGKILL it if it is still there after the delay."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+
+    def _kill() -> None:
+        deadline = time.monotonic() + terminate_delay_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    threading.Thread(target=_kill, daemon=True).start()
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    on_line: Callable[[str], None] | None = None,
+    log_path: Path | None = None,
+    handle: Running | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    tail_lines: int = 60,
+) -> Result:
+    """Run a program to the end, streaming each output line to `on_line` and `log_path`."""
+    handle = handle or Running()
+    tail: deque[str] = deque(maxlen=tail_lines)
+    started = time.monotonic()
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+        )
+    except FileNotFoundError as exc:
+        raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc
+    handle.popen = popen
+    if handle.stop_requested.is_set():
+        handle.stop()
+    log_file = log_path.open("ab") if log_path else None
+    try:
+        assert popen.stdout is not None
+        for raw in popen.stdout:
+            if log_file:
+                log_file.write(raw)
+            line = raw.decode("utf-8", "replace").rstrip()
+            tail.append(line)
+            if on_line is not None:
+                try:
+                    on_line(line)
+                except Exception:
+                    log.exception("output handler failed on %r; stopping %s", line, argv[0])
+                    handle.stop()
+        returncode = popen.wait()
+    finally:
+        if log_file:
+            log_file.close()
+        if popen.poll() is None:
+            stop_group(popen.pid, 0)
+    return Result(
+        argv=list(argv),
+        returncode=returncode,
+        tail=list(tail),
+        duration_s=time.monotonic() - started,
+        stopped=handle.stop_requested.is_set(),
+    )
+
+
+def capture(argv: Sequence[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run a short program and return its output (probes: ffprobe, nvidia-smi)."""
+    try:
+        return subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc
+
+
+def spawn_daemon(
+    argv: Sequence[str], *, log_path: Path, env: Mapping[str, str] | None = None
+) -> int:
+    """Start a long-running server detached from this terminal; return its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=dict(env) if env is not None else None,
+            )
+        except FileNotFoundError as exc:
+            raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc
+    return popen.pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

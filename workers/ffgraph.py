@@ -1,0 +1,144 @@
+"""ffmpeg command lines for segments and stitches, built with ffmpeg-python (pure).
+
+Every segment starts on an IDR frame with a closed GOP and the same codec settings, so segments
+join by stream copy with the concat demuxer, frame-exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import ffmpeg
+
+SOFTWARE = {"h264": "libx264", "hevc": "libx265"}
+NVENC = {"h264": "h264_nvenc", "hevc": "hevc_nvenc"}
+
+
+def fps_fraction(fps: float) -> Fraction:
+    """24 -> 24/1; 23.976 -> 24000/1001; 29.97 -> 30000/1001 (NTSC rates are exact fractions)."""
+    for base in (24, 30, 48, 60, 120):
+        if abs(fps - base * 1000 / 1001) < 0.005:
+            return Fraction(base * 1000, 1001)
+    return Fraction(fps).limit_denominator(1001)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EncodeSettings:
+    codec: str
+    """h264 or hevc."""
+    encoder: str
+    """The ffmpeg encoder: libx264, libx265, h264_nvenc, hevc_nvenc."""
+    fps: Fraction
+    quality: int = 20
+    """CRF for libx264/libx265, CQ for NVENC: lower is better."""
+    preset: str = "medium"
+
+    @property
+    def is_nvenc(self) -> bool:
+        return self.encoder.endswith("_nvenc")
+
+
+GLOBAL_ARGS = ("-hide_banner", "-nostdin", "-loglevel", "error", "-y")
+
+
+def _with_globals(ffmpeg_bin: str, compiled: list[str]) -> list[str]:
+    """Global options go first: ffmpeg may ignore options that trail the last output."""
+    return [ffmpeg_bin, *GLOBAL_ARGS, *compiled[1:]]
+
+
+def choose_encoder(codec: str, nvenc: bool) -> str:
+    return NVENC[codec] if nvenc else SOFTWARE[codec]
+
+
+def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, object]:
+    """Output options: one closed GOP per segment at most, no scene-cut keyframes breaking it."""
+    gop = max(frame_count, 1)
+    opts: dict[str, object] = {
+        "vcodec": settings.encoder,
+        "pix_fmt": "yuv420p",
+        "r": str(settings.fps),
+        "g": gop,
+        "movflags": "+faststart",
+        # A timescale that is a whole multiple of the rate keeps every frame's duration exact.
+        "video_track_timescale": settings.fps.numerator
+        * (1000 if settings.fps.denominator == 1 else 1),
+    }
+    if settings.encoder == "libx264":
+        opts.update(crf=settings.quality, preset=settings.preset, x264opts="no-scenecut:open-gop=0")
+    elif settings.encoder == "libx265":
+        opts.update(
+            crf=settings.quality,
+            preset=settings.preset,
+            **{
+                "x265-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0:log-level=error"
+            },
+            **{"tag:v": "hvc1"},
+        )
+    else:
+        opts.update(
+            preset="p5",
+            rc="vbr",
+            cq=settings.quality,
+            **{"b:v": 0},
+            **{"forced-idr": 1},
+        )
+        if settings.codec == "hevc":
+            opts["tag:v"] = "hvc1"
+    return opts
+
+
+def frames_to_segment_argv(
+    *, ffmpeg_bin: str, pattern: Path, out: Path, settings: EncodeSettings, frame_count: int
+) -> list[str]:
+    """Numbered PNGs (0-based, `%06d.png`) -> one segment of exactly `frame_count` frames."""
+    stream = ffmpeg.input(str(pattern), framerate=str(settings.fps), start_number=0)
+    stream = stream.output(str(out), vframes=frame_count, **codec_options(settings, frame_count))
+    return _with_globals(ffmpeg_bin, stream.compile(cmd=ffmpeg_bin))
+
+
+def concat_argv(*, ffmpeg_bin: str, list_file: Path, out: Path) -> list[str]:
+    """Join segments listed in a concat-demuxer file by stream copy."""
+    stream = ffmpeg.input(str(list_file), f="concat", safe=0).output(
+        str(out), c="copy", movflags="+faststart"
+    )
+    return _with_globals(ffmpeg_bin, stream.compile(cmd=ffmpeg_bin))
+
+
+def concat_list(segments: list[tuple[Path, Fraction]]) -> str:
+    """The concat demuxer's list: each segment with its exact duration in seconds.
+
+    Without `duration` the demuxer offsets each file by the container's duration, which MP4 keeps
+    in milliseconds: a few ticks of drift per join. Durations are written in microseconds, rounded
+    on the running total, so the offset of every segment is exact to well under one tick.
+    """
+    lines = []
+    start = Fraction(0)
+    for path, duration in segments:
+        end = start + duration
+        micros = round(end * 1_000_000) - round(start * 1_000_000)
+        escaped = str(path).replace("'", "'\\''")
+        lines.append(f"file '{escaped}'")
+        lines.append(f"duration {micros // 1_000_000}.{micros % 1_000_000:06d}")
+        start = end
+    return "\n".join(lines) + "\n"
+
+
+def probe_argv(*, ffprobe_bin: str, path: Path) -> list[str]:
+    """Count the video frames (packets) and read size, rate and codec, as JSON."""
+    return [
+        ffprobe_bin,
+        "-v",
+        "error",
+        "-select_streams",
+        "v:0",
+        "-count_packets",
+        "-show_entries",
+        "stream=codec_name,width,height,r_frame_rate,avg_frame_rate,nb_read_packets,pix_fmt",
+        "-show_entries",
+        "format=duration",
+        "-of",
+        "json",
+        str(path),
+    ]

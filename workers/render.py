@@ -1,0 +1,210 @@
+"""Render one chunk: claim it, render its frames with Blender, upload each frame as it is saved.
+
+Frames already in the store and verified (size and checksum in the ledger) are not rendered again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from farm import keys
+from farm.errors import ChunkInterrupted, LeaseLost, PermanentError
+from farm.ledger import Ledger
+from farm.proc import Running, run
+from farm.spec import JobSpec
+from farm.state import ChunkState
+from farm.store import Store, sha256_file
+from workers import blender
+from workers.context import WorkerContext
+from workers.lease import LeaseKeeper
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class FrameUploader:
+    """Uploads frames in the background as Blender saves them, so rendering never waits on S3."""
+
+    store: Store
+    ledger: Ledger
+    job_id: str
+    chunk: int
+    done: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    upload_s: float = 0.0
+    _queue: queue.Queue[tuple[int, Path] | None] = field(default_factory=queue.Queue)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="frame-upload")
+        self._thread.start()
+
+    def add(self, frame: int, path: Path) -> None:
+        self._queue.put((frame, path))
+
+    def finish(self) -> None:
+        self._queue.put(None)
+        if self._thread:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            frame, path = item
+            started = time.monotonic()
+            try:
+                size = path.stat().st_size
+                digest = sha256_file(path)
+                self.store.put_file(keys.frame_key(self.job_id, frame), path)
+                self.ledger.record_frame(self.job_id, frame, size, digest)
+                self.done.append(frame)
+                self.ledger.set_chunk_fields(
+                    self.job_id, self.chunk, frames_rendered=len(self.done)
+                )
+            except Exception as exc:  # reported after Blender ends; the chunk then fails
+                log.exception("upload of frame %d failed", frame)
+                self.errors.append(f"frame {frame}: {exc}")
+            self.upload_s += time.monotonic() - started
+
+
+def fetch_scene(ctx: WorkerContext, scene_key: str) -> Path:
+    """Scenes are content-addressed, so a cached copy with the right size is the right scene."""
+    local = ctx.scene_cache() / Path(scene_key).name
+    size = ctx.store.size(scene_key)
+    if size is None:
+        raise PermanentError(
+            f"the scene {scene_key} is missing from the store; submit the job again"
+        )
+    if not local.exists() or local.stat().st_size != size:
+        ctx.store.get_file(scene_key, local)
+    return local
+
+
+def frames_to_render(ctx: WorkerContext, job_id: str, frames: list[int]) -> list[int]:
+    """Skip frames whose verified record exists and whose object is in the store at that size."""
+    records = ctx.ledger.frame_records(job_id)
+    todo = []
+    for frame in frames:
+        record = records.get(frame)
+        if record and ctx.store.size(keys.frame_key(job_id, frame)) == record[0]:
+            continue
+        todo.append(frame)
+    return todo
+
+
+def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, object]:
+    """Returns a small summary; raises PermanentError/TransientError/ChunkInterrupted/LeaseLost."""
+    job = ctx.ledger.job(job_id)
+    if not job:
+        return {"skipped": "unknown job"}
+    claim = ctx.ledger.move_chunk(
+        job_id,
+        index,
+        ChunkState.RENDERING,
+        mode="claim",
+        lease_s=ctx.settings.lease_s,
+        worker=ctx.name,
+        phase="render",
+    )
+    if not claim.moved:
+        log.info(
+            "chunk %s/%d not claimed (%s, was %s)", job_id, index, claim.status, claim.previous
+        )
+        return {"skipped": f"chunk is {claim.previous}"}
+    started = time.monotonic()
+    spec = JobSpec.from_json(json.loads(job["spec"]))
+    frames = json.loads(ctx.ledger.chunk(job_id, index)["frames"])
+    scene = fetch_scene(ctx, job["scene_key"])
+    fetched_s = time.monotonic() - started
+    todo = frames_to_render(ctx, job_id, frames)
+    out_dir = ctx.job_dir(job_id) / "frames"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = ctx.job_dir(job_id) / f"render-{index:05d}-{claim.token.split(':')[0]}.log"
+    uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
+    running = Running()
+    result = None
+    if todo:
+        argv = blender.render_argv(
+            blender=ctx.settings.blender,
+            scene=scene,
+            out_dir=out_dir,
+            frames=todo,
+            settings=blender.RenderSettings(
+                width=spec.resolution.width,
+                height=spec.resolution.height,
+                samples=spec.samples,
+                device=ctx.caps.cycles_device,
+                threads=ctx.threads,
+            ),
+        )
+
+        def on_line(line: str) -> None:
+            saved = blender.saved_frame(line)
+            if saved:
+                uploader.add(*saved)
+
+        uploader.start()
+        keeper = LeaseKeeper(
+            ctx.ledger,
+            job_id=job_id,
+            chunk=index,
+            token=claim.token,
+            lease_s=ctx.settings.lease_s,
+            renew_s=ctx.settings.lease_renew_s,
+            running=running,
+        )
+        with keeper:
+            result = run(argv, on_line=on_line, log_path=log_path, handle=running)
+            uploader.finish()
+        ctx.store.put_file(keys.log_key(job_id, index, _attempt(claim.token), "render"), log_path)
+        if keeper.lost:
+            raise LeaseLost(f"chunk {index}: lease {keeper.lost} while rendering")
+        if ctx.stopping.is_set():
+            raise ChunkInterrupted(f"chunk {index}: worker interrupted while rendering")
+        if result.returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
+            # Stopped from outside (the worker is shutting down), not a crash of the scene.
+            raise ChunkInterrupted(
+                f"chunk {index}: Blender was stopped (signal {-result.returncode})"
+            )
+        if not result.ok:
+            tail = "\n".join(result.tail[-25:])
+            raise PermanentError(
+                f"Blender exited with code {result.returncode} rendering frames "
+                f"{todo[0]}..{todo[-1]}:\n{tail}"
+            )
+        if uploader.errors:
+            raise PermanentError("; ".join(uploader.errors))
+        missing = sorted(set(todo) - set(uploader.done))
+        if missing:
+            raise PermanentError(f"Blender reported success but frames {missing} were not saved")
+    elapsed = time.monotonic() - started
+    move = ctx.ledger.move_chunk(
+        job_id,
+        index,
+        ChunkState.RENDERED,
+        token=claim.token,
+        render_s=round(elapsed, 3),
+        fetch_s=round(fetched_s, 3),
+        upload_s=round(uploader.upload_s, 3),
+        frames_rendered=len(frames),
+        frames_reused=len(frames) - len(todo),
+    )
+    if not move.moved:
+        raise LeaseLost(f"chunk {index}: could not record the render ({move.status})")
+    ctx.dispatch.encode(job_id, index)
+    return {
+        "job_id": job_id,
+        "chunk": index,
+        "rendered": len(todo),
+        "reused": len(frames) - len(todo),
+    }
+
+
+def _attempt(token: str) -> int:
+    return int(token.split(":", 1)[0])
