@@ -1,0 +1,67 @@
+# One Makefile for people and CI: `make demo` and `make test` each set up everything they need.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+APT_PACKAGES := redis-server ffmpeg blender
+DATA ?= .farm
+export FARM_CONFIG ?= $(CURDIR)/$(DATA)/config.json
+
+.PHONY: setup system-packages venv tools demo test unit lint typecheck bench up down clean
+
+setup: system-packages venv tools
+
+# Debian/Ubuntu packages: Redis (broker, ledger), ffmpeg (encode, stitch), Blender (Cycles renders).
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  echo "installing:$$missing"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BIN)/farm: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/farm
+
+tools:
+	bash infra/install-tools.sh
+
+# Render the demo scene on a local farm and say where the video is. 4K on an NVIDIA GPU host.
+demo: setup
+	@if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
+	  size="--resolution 3840x2160 --samples 64"; else size="--resolution 480x270 --samples 16"; fi; \
+	$(BIN)/farm up --data $(DATA) --workers 2 && \
+	job=$$($(BIN)/farm submit scenes/demo.blend --frames 1-120 --chunk-size 10 $$size --wait --json | \
+	  $(BIN)/python -c 'import json,sys; j=json.load(sys.stdin); print(j["id"]) if j["state"]=="done" else sys.exit("demo job " + j["state"] + ": " + j["error"])') && \
+	mkdir -p out && $(BIN)/farm fetch $$job out/demo.mp4 && \
+	echo "the demo video is at $(CURDIR)/out/demo.mp4 (Flower: see 'farm up' above; 'make down' stops the farm)"
+
+up: venv
+	$(BIN)/farm up --data $(DATA)
+
+down:
+	$(BIN)/farm down --data $(DATA)
+
+test: setup
+	$(BIN)/pytest -q -p no:cacheprovider --durations=15
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+lint: venv
+	$(BIN)/ruff check farm workers tests bench scenes
+	$(BIN)/ruff format --check farm workers tests bench scenes
+
+typecheck: venv
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python -m bench
+
+clean: down
+	rm -rf $(DATA) out

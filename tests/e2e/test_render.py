@@ -1,0 +1,103 @@
+"""A user's render job on a real local farm: submit through the CLI, wait, fetch, check with ffprobe."""
+
+from __future__ import annotations
+
+import json
+import time
+from fractions import Fraction
+from pathlib import Path
+
+from tests.conftest import DEMO, LocalFarm, ffprobe
+
+SMALL = ["--resolution", "320x180", "--samples", "4", "--fps", "24"]
+
+
+def _video(farm: LocalFarm, job_id: str, dest: Path) -> dict[str, object]:
+    fetched = farm.farm("fetch", job_id, str(dest), check=True)
+    path = Path(fetched.stdout.strip().splitlines()[0])
+    assert path.exists()
+    stream = ffprobe(path)["streams"][0]
+    return stream
+
+
+def _objects(farm: LocalFarm, job_id: str, kind: str) -> list[str]:
+    keys: list[str] = farm.store().keys(f"jobs/{job_id}/{kind}/")
+    return keys
+
+
+def test_demo_scene_renders_into_a_video_with_every_frame(local_farm: LocalFarm, tmp_path: Path) -> None:
+    result = local_farm.farm(
+        "submit", str(DEMO), "--frames", "1-48", "--chunk-size", "8", *SMALL, "--wait", "--json"
+    )
+    assert result.returncode == 0, result.stderr + local_farm.logs()
+    summary = json.loads(result.stdout)
+    job_id = summary["id"]
+    assert summary["state"] == "done"
+    assert (summary["chunks_total"], summary["chunks_done"], summary["frames_total"]) == (6, 6, 48)
+
+    stream = _video(local_farm, job_id, tmp_path)
+    assert int(stream["nb_read_frames"]) == 48  # type: ignore[call-overload]
+    assert (stream["width"], stream["height"]) == (320, 180)
+    assert Fraction(str(stream["r_frame_rate"])) == 24
+    assert stream["codec_name"] == "h264"
+
+    frames = _objects(local_farm, job_id, "frames")
+    assert [Path(k).name for k in frames] == [f"{f:06d}.png" for f in range(1, 49)]
+    assert len(_objects(local_farm, job_id, "segments")) == 6
+    manifests = _objects(local_farm, job_id, "manifests")
+    assert len(manifests) == 6
+    manifest = local_farm.store().get_json(manifests[0])
+    assert manifest["frame_count"] == 8
+    assert [f["frame"] for f in manifest["frames"]] == list(range(1, 9))
+    assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["frames"])
+
+
+def test_status_shows_each_chunk_and_the_output(local_farm: LocalFarm) -> None:
+    job_id = local_farm.farm(
+        "submit", str(DEMO), "--frames", "1-4", "--chunk-size", "2", *SMALL, "--wait", "--json", check=True
+    ).stdout
+    job_id = json.loads(job_id)["id"]
+    status = json.loads(local_farm.farm("status", job_id, "--json", check=True).stdout)
+    assert status["state"] == "done"
+    assert status["output"] == f"jobs/{job_id}/output.mp4"
+    assert [c["state"] for c in status["chunks"]] == ["done", "done"]
+    assert all(c["worker"] and c["duration_s"] for c in status["chunks"])
+    text = local_farm.farm("status", job_id, check=True).stdout
+    assert "done" in text and "output" in text
+    listing = local_farm.farm("jobs", check=True).stdout
+    assert listing.splitlines()[0].startswith(job_id)
+
+
+def test_frame_step_and_uneven_last_chunk(local_farm: LocalFarm, tmp_path: Path) -> None:
+    result = local_farm.farm(
+        "submit", str(DEMO), "--frames", "1-23:2", "--chunk-size", "5", *SMALL, "--wait", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["chunks_total"], summary["frames_total"]) == (3, 12)
+    stream = _video(local_farm, summary["id"], tmp_path)
+    assert int(stream["nb_read_frames"]) == 12  # type: ignore[call-overload]
+    frames = _objects(local_farm, summary["id"], "frames")
+    assert [int(Path(k).stem) for k in frames] == list(range(1, 24, 2))
+
+
+def test_two_jobs_at_once_both_finish_exactly(local_farm: LocalFarm, tmp_path: Path) -> None:
+    ids = []
+    for frames in ("1-12", "30-45"):
+        out = local_farm.farm(
+            "submit", str(DEMO), "--frames", frames, "--chunk-size", "4", *SMALL, "--codec", "hevc", "--json",
+            check=True,
+        )  # fmt: skip
+        ids.append(json.loads(out.stdout)["id"])
+    deadline = time.monotonic() + 300
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = {j: json.loads(local_farm.farm("status", j, "--json").stdout)["state"] for j in ids}
+        if all(s in ("done", "failed") for s in states.values()):
+            break
+        time.sleep(1)
+    assert set(states.values()) == {"done"}, states
+    for job_id, expected in zip(ids, (12, 16), strict=True):
+        stream = _video(local_farm, job_id, tmp_path)
+        assert int(stream["nb_read_frames"]) == expected  # type: ignore[call-overload]
+        assert stream["codec_name"] == "hevc"

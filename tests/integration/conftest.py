@@ -1,0 +1,54 @@
+"""A real Redis server on a free loopback port, for ledger tests."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from farm.ledger import Ledger
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if not binary:
+        pytest.fail("redis-server is not installed; run `make setup`", pytrace=False)
+    port = _free_port()
+    workdir: Path = tmp_path_factory.mktemp("redis")
+    server = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+         "--dir", str(workdir), "--requirepass", "test-pass"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://:test-pass@127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield url
+    server.terminate()
+    server.wait(10)
+
+
+@pytest.fixture
+def ledger(redis_url: str) -> Iterator[Ledger]:
+    ledger = Ledger.from_url(redis_url)
+    ledger.r.flushdb()
+    yield ledger

@@ -1,0 +1,104 @@
+"""Ledger transitions against a real Redis: atomic, idempotent, token-guarded."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm.errors import UnreachableError
+from farm.ledger import Ledger
+from farm.plan import plan_chunks
+from farm.spec import build_render_spec
+from farm.state import ChunkState, JobState
+
+
+def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-20", chunk_size: int = 10) -> None:
+    spec = build_render_spec(
+        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
+        fps=24, samples=4, codec="h264",
+    )  # fmt: skip
+    ledger.create_job(job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), scene_key="k")
+
+
+def _finish(ledger: Ledger, job_id: str, index: int) -> None:
+    render = ledger.move_chunk(job_id, index, ChunkState.RENDERING, mode="claim", lease_s=30, worker="w")
+    ledger.move_chunk(job_id, index, ChunkState.RENDERED, token=render.token)
+    encode = ledger.move_chunk(job_id, index, ChunkState.ENCODING, mode="claim", lease_s=30, worker="w")
+    assert ledger.move_chunk(job_id, index, ChunkState.DONE, token=encode.token).moved
+
+
+def test_claim_moves_job_to_running_and_takes_a_lease(ledger: Ledger) -> None:
+    _job(ledger)
+    claim = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30, worker="w1")
+    assert claim.moved and claim.token.startswith("1:")
+    assert ledger.job("j1")["state"] == JobState.RUNNING
+    assert ledger.chunk("j1", 0)["worker"] == "w1"
+    assert ledger.expired_leases(now=10**10) == [("j1", 0)]
+
+
+def test_a_chunk_cannot_be_claimed_twice(ledger: Ledger) -> None:
+    _job(ledger)
+    ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    second = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    assert second.status == "refused"
+
+
+def test_finishing_twice_changes_nothing_the_second_time(ledger: Ledger) -> None:
+    _job(ledger)
+    _finish(ledger, "j1", 0)
+    token = ledger.chunk("j1", 0)["token"]
+    again = ledger.move_chunk("j1", 0, ChunkState.DONE, token=token)
+    assert again.status == "same"
+    assert ledger.job("j1")["chunks_done"] == "1"
+
+
+def test_a_stale_token_cannot_move_the_chunk(ledger: Ledger) -> None:
+    _job(ledger)
+    old = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    ledger.move_chunk("j1", 0, ChunkState.QUEUED, token=old.token, mode="fail", max_failures=3)
+    new = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    late = ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=old.token)
+    assert late.status == "stale"
+    assert ledger.renew("j1", 0, old.token, 30) == "lost"
+    assert ledger.renew("j1", 0, new.token, 30) == "ok"
+
+
+def test_done_never_moves_backwards(ledger: Ledger) -> None:
+    _job(ledger)
+    _finish(ledger, "j1", 0)
+    back = ledger.move_chunk("j1", 0, ChunkState.QUEUED, mode="fail", max_failures=3)
+    assert back.status == "refused"
+    assert ledger.chunk("j1", 0)["state"] == ChunkState.DONE
+
+
+def test_failure_budget_fails_the_job_with_the_reason(ledger: Ledger) -> None:
+    _job(ledger)
+    for _ in range(3):
+        claim = ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim", lease_s=30)
+        move = ledger.move_chunk(
+            "j1", 1, ChunkState.QUEUED, token=claim.token, mode="fail", max_failures=3, error="boom"
+        )
+    assert move.target == ChunkState.FAILED
+    job = ledger.job("j1")
+    assert job["state"] == JobState.FAILED
+    assert "chunk 1 failed 3 times: boom" in job["error"]
+    assert ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30).status == "refused"
+
+
+def test_completion_gate_opens_once(ledger: Ledger) -> None:
+    _job(ledger)
+    _finish(ledger, "j1", 0)
+    assert not ledger.try_start_stitch("j1")
+    _finish(ledger, "j1", 1)
+    assert [ledger.try_start_stitch("j1") for _ in range(5)] == [True, False, False, False, False]
+    assert ledger.job("j1")["state"] == JobState.STITCHING
+
+
+def test_frame_records_round_trip(ledger: Ledger) -> None:
+    ledger.record_frame("j1", 7, 1234, "ab" * 32)
+    assert ledger.frame_records("j1") == {7: (1234, "ab" * 32)}
+
+
+def test_unreachable_redis_is_one_clear_error() -> None:
+    ledger = Ledger.from_url("redis://127.0.0.1:1/0")
+    with pytest.raises(UnreachableError, match="Redis does not answer"):
+        ledger.ping()

@@ -1,0 +1,36 @@
+from pathlib import Path
+
+import pytest
+
+from farm.errors import ConfigError
+from farm.settings import Settings, load_settings, save_settings
+
+
+def test_env_overrides_file_and_flags_override_env(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    save_settings(Settings(redis_url="redis://file", lease_s=30), path)
+    env = {"FARM_REDIS_URL": "redis://env", "FARM_LEASE_S": "12"}
+    s = load_settings(env=env, config_path=path)
+    assert (s.redis_url, s.lease_s) == ("redis://env", 12.0)
+    s = load_settings(env=env, config_path=path, overrides={"redis_url": "redis://flag"})
+    assert s.redis_url == "redis://flag"
+
+
+def test_config_file_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    save_settings(Settings(redis_url="redis://:secret@h:1/0"), path)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_no_farm_says_how_to_get_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="farm up"):
+        load_settings(env={}, config_path=tmp_path / "none.json").require_farm()
+
+
+def test_bad_number_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="FARM|lease_s"):
+        load_settings(env={"FARM_LEASE_S": "soon"}, config_path=tmp_path / "none.json")
+
+
+def test_recovery_bound_is_lease_plus_interval() -> None:
+    assert Settings(lease_s=30, reconcile_interval_s=5).recovery_bound_s == 35

@@ -1,0 +1,80 @@
+from pathlib import Path
+
+import pytest
+
+from farm.errors import SpecError
+from farm.spec import FrameRange, JobSpec, build_render_spec, check_scene_path, parse_frames, parse_resolution
+
+
+def test_frame_range_with_step_lists_every_step() -> None:
+    assert parse_frames("1-10:3").frames == (1, 4, 7, 10)
+
+
+def test_single_frame_is_a_one_frame_range() -> None:
+    assert parse_frames("7") == FrameRange(first=7, last=7, step=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("10-1", "ends before it starts"),
+        ("1-10:0", "step must be 1 or more"),
+        ("a-b", "not understood"),
+        ("-5-3", "below 0"),
+        ("1-99999999", "at most"),
+    ],
+)
+def test_impossible_frame_ranges_say_what_is_wrong(text: str, words: str) -> None:
+    with pytest.raises(SpecError, match=words):
+        parse_frames(text)
+
+
+def test_resolution_must_be_even() -> None:
+    with pytest.raises(SpecError, match="odd side.*322x180"):
+        parse_resolution("321x180")
+
+
+def test_resolution_is_capped_at_8k() -> None:
+    with pytest.raises(SpecError, match="7680x4320"):
+        parse_resolution("7682x4320")
+    assert parse_resolution("7680x4320").width == 7680
+
+
+def test_chunk_size_must_be_positive() -> None:
+    with pytest.raises(SpecError, match="--chunk-size 0"):
+        build_render_spec(
+            source_name="a.blend", frames="1-4", chunk_size=0, resolution="320x180", fps=24, samples=8, codec="h264"
+        )
+
+
+def test_unknown_codec_lists_the_choices() -> None:
+    with pytest.raises(SpecError, match="h264, hevc"):
+        build_render_spec(
+            source_name="a.blend", frames="1-4", chunk_size=2, resolution="320x180", fps=24, samples=8, codec="vp9"
+        )
+
+
+def test_spec_round_trips_through_json() -> None:
+    spec = build_render_spec(
+        source_name="a.blend", frames="1-9:2", chunk_size=2, resolution="320x180", fps=23.976, samples=8, codec="hevc"
+    )
+    assert JobSpec.from_json(spec.to_json()) == spec
+
+
+def test_missing_scene_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no such file"):
+        check_scene_path(tmp_path / "nope.blend")
+
+
+def test_non_blend_scene_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    with pytest.raises(SpecError, match=r"not a \.blend"):
+        check_scene_path(path)
+
+
+def test_blend_without_header_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "fake.blend"
+    path.write_bytes(b"not blender at all")
+    with pytest.raises(SpecError, match="does not look like a Blender file"):
+        check_scene_path(path)
