@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -66,7 +67,7 @@ def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
     default=None,
     help="Where the farm keeps its data (default: ~/.local/share/farm).",
 )
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option("--workers", type=click.IntRange(0, 64), default=2, show_default=True)
 @click.option(
     "--threads",
     type=click.IntRange(0, 1024),
@@ -263,12 +264,22 @@ def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> Non
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--name", default=None, help="Worker name (default: farm@HOSTNAME).")
 @click.option("--threads", type=click.IntRange(0, 1024), default=0, show_default=True)
+@click.option("--ping", is_flag=True, help="Ask the running worker on this host to answer, then exit.")
 @click.pass_context
 def worker(
-    ctx: click.Context, queues: str, concurrency: int, name: str | None, threads: int
+    ctx: click.Context, queues: str, concurrency: int, name: str | None, threads: int, ping: bool
 ) -> None:
     """Run a worker on this host (inside the worker container on a GPU host)."""
-    _settings(ctx).require_farm()
+    settings = _settings(ctx).require_farm()
+    if ping:
+        from farm.dispatch import make_app
+
+        target = name or f"farm@{socket.gethostname()}"
+        replies = make_app(settings).control.ping(destination=[target], timeout=5)
+        if not replies:
+            raise FarmError(f"worker {target} did not answer a ping within 5 s")
+        click.echo(f"{target}: pong")
+        return
     argv = [
         sys.executable,
         "-m",
@@ -324,6 +335,48 @@ def flower(ctx: click.Context, address: str, port: int) -> None:
     }
     argv = [sys.executable, "-m", "celery", "flower", f"--address={address}", f"--port={port}"]
     os.execve(sys.executable, argv, env)
+
+
+@cli.group()
+def metrics() -> None:
+    """Farm metrics for autoscaling."""
+
+
+@metrics.command("publish")
+@click.option("--once", is_flag=True, help="Publish once, then exit.")
+@click.option("--interval-s", type=float, default=60.0, show_default=True)
+@click.option("--namespace", default="Farm", show_default=True)
+@click.option("--farm-name", default="farm", show_default=True)
+@click.pass_context
+def metrics_publish(
+    ctx: click.Context, once: bool, interval_s: float, namespace: str, farm_name: str
+) -> None:
+    """Publish queued chunks per worker, per queue, to CloudWatch (BacklogPerWorker)."""
+    import boto3
+
+    from farm.metrics import BacklogPublisher
+
+    logging.getLogger().setLevel(logging.INFO)
+    settings = _settings(ctx).require_farm()
+    ledger = Ledger.from_url(settings.redis_url)
+    publisher = BacklogPublisher(
+        boto3.client("cloudwatch", region_name=settings.s3_region),
+        namespace=namespace,
+        farm_name=farm_name,
+    )
+    while True:
+        queued, workers = ledger.queue_depths(), ledger.workers_per_queue()
+        try:
+            publisher.publish_counts(queued, workers)
+            log.info("published backlog: queued %s, workers %s", queued, workers)
+        except FarmError as exc:
+            if once:
+                raise
+            log.warning("%s; will publish again", exc)
+        if once:
+            click.echo(json.dumps({"queued": queued, "workers": workers}))
+            return
+        time.sleep(interval_s)
 
 
 def main() -> None:

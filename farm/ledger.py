@@ -267,6 +267,34 @@ class Ledger:
                 alive[name] = info
         return alive
 
+    def workers_per_queue(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for info in self.workers().values():
+            if info.get("draining"):
+                continue
+            for queue in info.get("queues", []):
+                counts[queue] = counts.get(queue, 0) + 1
+        return counts
+
+    def queue_depths(self, limit: int = 1000) -> dict[str, int]:
+        """Chunks waiting per queue across unfinished jobs: queued ones wait for render (or, for
+        encode jobs, for encode), rendered ones for encode, stitching jobs for stitch."""
+        depths = {"render": 0, "encode": 0, "stitch": 0}
+        for job_id in self.job_ids(limit):
+            job = self.job(job_id)
+            state = job.get("state", "")
+            if state == JobState.STITCHING:
+                depths["stitch"] += 1
+            if state not in (JobState.QUEUED, JobState.RUNNING):
+                continue
+            first_queue = "encode" if job.get("kind") == "encode" else "render"
+            for chunk in self.chunks(job_id):
+                if chunk.get("state") in (ChunkState.QUEUED, ChunkState.INTERRUPTED):
+                    depths[first_queue] += 1
+                elif chunk.get("state") == ChunkState.RENDERED:
+                    depths["encode"] += 1
+        return depths
+
     def event(self, job_id: str, kind: str, **data: Any) -> None:
         entry = json.dumps({"t": round(time.time(), 3), "event": kind, **data}, default=str)
         with _wrapped("record an event"):

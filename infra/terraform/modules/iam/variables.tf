@@ -1,0 +1,44 @@
+variable "name" {
+  description = "Farm name; worker groups are named <name>-<pool>."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the farm."
+  type        = string
+}
+
+variable "account_id" {
+  description = "Account of the farm."
+  type        = string
+}
+
+variable "bucket_arn" {
+  description = "ARN of the farm's bucket."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "The farm's one KMS key."
+  type        = string
+}
+
+variable "redis_secret_arn" {
+  description = "Secret holding the Redis AUTH token."
+  type        = string
+}
+
+variable "flower_secret_arn" {
+  description = "Secret holding Flower's credentials (control plane only)."
+  type        = string
+}
+
+variable "ecr_repository_arn" {
+  description = "ECR repository of the worker image; empty for a public image."
+  type        = string
+}
+
+variable "metric_namespace" {
+  description = "CloudWatch namespace the control plane may publish to."
+  type        = string
+}

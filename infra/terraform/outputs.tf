@@ -1,0 +1,39 @@
+output "bucket_name" {
+  description = "The farm's bucket: FARM_S3_BUCKET for `farm submit` from a workstation."
+  value       = module.storage.bucket_name
+}
+
+output "redis_endpoint" {
+  description = "Redis primary endpoint (TLS on 6379; the AUTH token is in the secret below)."
+  value       = module.broker.primary_endpoint
+}
+
+output "redis_auth_token_secret_arn" {
+  description = "Secrets Manager secret with the Redis AUTH token."
+  value       = module.secrets.redis_auth_token_secret_arn
+}
+
+output "flower_url" {
+  description = "Flower, reachable from flower_allowed_cidrs (credentials in the flower secret)."
+  value       = "http://${module.control_plane.private_ip}:5555"
+}
+
+output "flower_secret_arn" {
+  description = "Secrets Manager secret with Flower's basic-auth user and password."
+  value       = module.secrets.flower_secret_arn
+}
+
+output "control_plane_instance_id" {
+  description = "Control-plane instance, for `aws ssm start-session` port forwarding to Flower."
+  value       = module.control_plane.instance_id
+}
+
+output "worker_autoscaling_groups" {
+  description = "Auto Scaling group of each worker pool."
+  value       = { for k, m in module.workers : k => m.autoscaling_group_name }
+}
+
+output "kms_key_arn" {
+  description = "The farm's KMS key."
+  value       = module.kms.key_arn
+}
