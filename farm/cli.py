@@ -113,11 +113,28 @@ def down(ctx: click.Context, data: Path | None) -> None:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--frames", default=None, help="FIRST-LAST or FIRST-LAST:STEP (default: 1-120).")
-@click.option("--chunk-size", type=int, default=10, show_default=True)
-@click.option("--resolution", default="1920x1080", show_default=True)
+@click.option(
+    "--chunk-size",
+    default="auto",
+    show_default=True,
+    help="Frames per render chunk, or auto: sized from a probe of Blender start-up and frame time.",
+)
+@click.option(
+    "--resolution", default=None, help="WIDTHxHEIGHT (default: 1920x1080 render, 3840x2160 encode)."
+)
 @click.option("--fps", type=float, default=24.0, show_default=True)
 @click.option("--samples", type=int, default=64, show_default=True)
-@click.option("--codec", default="h264", show_default=True, help="h264 or hevc.")
+@click.option("--codec", default="h264", show_default=True, help="h264, hevc or av1.")
+@click.option(
+    "--kind",
+    type=click.Choice(["render", "encode"]),
+    default=None,
+    help="Default: render for a .blend file, encode for a video master.",
+)
+@click.option("--quality", type=int, default=None, help="Encode: CRF/CQ, lower is better.")
+@click.option("--encoder", default="auto", show_default=True, help="Encode: auto, nvenc, software.")
+@click.option("--preset", default="medium", show_default=True, help="Encode: x264-style preset.")
+@click.option("--segment-frames", type=int, default=None, help="Encode: frames per segment.")
 @click.option("--wait", is_flag=True, help="Show progress until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
@@ -125,27 +142,50 @@ def submit(
     ctx: click.Context,
     path: Path,
     frames: str | None,
-    chunk_size: int,
-    resolution: str,
+    chunk_size: str,
+    resolution: str | None,
     fps: float,
     samples: int,
     codec: str,
+    kind: str | None,
+    quality: int | None,
+    encoder: str,
+    preset: str,
+    segment_frames: int | None,
     wait: bool,
     as_json: bool,
 ) -> None:
-    """Submit a .blend scene to render into a video."""
+    """Submit a .blend scene to render, or a video master to encode, into a video."""
+    from farm.encode_spec import encode_spec_from_file, vfr_note
     from farm.jobs import submit as submit_job
 
-    check_scene_path(path)
-    spec = build_render_spec(
-        source_name=path.name,
-        frames=frames or "1-120",
-        chunk_size=chunk_size,
-        resolution=resolution,
-        fps=fps,
-        samples=samples,
-        codec=codec,
-    )
+    if (kind or ("render" if path.suffix.lower() == ".blend" else "encode")) == "encode":
+        tools = _settings(ctx)
+        spec = encode_spec_from_file(
+            path,
+            ffprobe=tools.ffprobe,
+            ffmpeg=tools.ffmpeg,
+            frames=frames,
+            resolution=resolution,
+            codec=codec,
+            quality=quality,
+            encoder=encoder,
+            preset=preset,
+            segment_frames=segment_frames,
+        )
+        if note := vfr_note(spec):
+            click.echo(note, err=True)
+    else:
+        check_scene_path(path)
+        spec = build_render_spec(
+            source_name=path.name,
+            frames=frames or "1-120",
+            chunk_size=chunk_size,
+            resolution=resolution or "1920x1080",
+            fps=fps,
+            samples=samples,
+            codec=codec,
+        )
     settings = _settings(ctx).require_farm()
     done = submit_job(settings, spec, path)
     if not wait:
@@ -264,7 +304,9 @@ def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> Non
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--name", default=None, help="Worker name (default: farm@HOSTNAME).")
 @click.option("--threads", type=click.IntRange(0, 1024), default=0, show_default=True)
-@click.option("--ping", is_flag=True, help="Ask the running worker on this host to answer, then exit.")
+@click.option(
+    "--ping", is_flag=True, help="Ask the running worker on this host to answer, then exit."
+)
 @click.pass_context
 def worker(
     ctx: click.Context, queues: str, concurrency: int, name: str | None, threads: int, ping: bool
@@ -335,6 +377,70 @@ def flower(ctx: click.Context, address: str, port: int) -> None:
     }
     argv = [sys.executable, "-m", "celery", "flower", f"--address={address}", f"--port={port}"]
     os.execve(sys.executable, argv, env)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.pass_context
+def cancel(ctx: click.Context, job_id: str) -> None:
+    """Cancel a job: queued chunks never start, running ones stop within seconds."""
+    ledger = Ledger.from_url(_settings(ctx).require_farm().redis_url)
+    job = _job_or_fail(ledger, job_id)
+    if job.get("state") in ("done", "failed", "cancelled"):
+        raise FarmError(f"job {job_id} is {job['state']} already")
+    chunks = ledger.cancel_job(job_id)
+    click.echo(
+        f"cancelled {job_id} ({len(chunks)} unfinished chunks); `farm retry {job_id} --all` resumes it"
+    )
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option(
+    "--all",
+    "every_unfinished",
+    is_flag=True,
+    help="Requeue every unfinished chunk, not only the failed ones.",
+)
+@click.option(
+    "--scene",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A fixed .blend to render the remaining frames from.",
+)
+@click.pass_context
+def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path | None) -> None:
+    """Requeue a failed or cancelled job's chunks; frames already done are reused."""
+    from farm.jobs import reopen
+
+    settings = _settings(ctx).require_farm()
+    if scene is not None:
+        check_scene_path(scene)
+    waiting = reopen(settings, job_id, every_unfinished=every_unfinished, scene=scene)
+    click.echo(f"requeued {job_id}: {len(waiting)} chunks waiting")
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--chunk", type=int, default=None, help="Only this chunk's attempts.")
+@click.pass_context
+def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
+    """Show each attempt's Blender/ffmpeg log from the object store."""
+    store = Store.from_settings(_settings(ctx).require_farm())
+    prefix = keys.job_prefix(job_id) + "logs/" + (f"{chunk:05d}-" if chunk is not None else "")
+    found = store.keys(prefix)
+    if not found:
+        raise FarmError(f"no logs for {job_id}{'' if chunk is None else f' chunk {chunk}'} yet")
+    for key in found:
+        click.echo(f"===== {Path(key).name}")
+        click.echo(store.get_bytes(key).decode("utf-8", "replace").rstrip())
+
+
+def _job_or_fail(ledger: Ledger, job_id: str) -> dict[str, str]:
+    job = ledger.job(job_id)
+    if not job:
+        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+    return job
 
 
 @cli.group()

@@ -17,6 +17,7 @@ from farm.settings import Settings
 RENDER_TASK = "farm.render_chunk"
 ENCODE_TASK = "farm.encode_chunk"
 STITCH_TASK = "farm.stitch_job"
+TRANSCODE_TASK = "farm.transcode_segment"
 
 VISIBILITY_TIMEOUT_S = 12 * 3600
 """Longer than any chunk may run: Redis redelivers unacked messages after this long. The ledger's
@@ -32,7 +33,12 @@ class Queue(StrEnum):
     """Joining segments by stream copy: any worker."""
 
 
-TASK_QUEUES = {RENDER_TASK: Queue.RENDER, ENCODE_TASK: Queue.ENCODE, STITCH_TASK: Queue.STITCH}
+TASK_QUEUES = {
+    RENDER_TASK: Queue.RENDER,
+    ENCODE_TASK: Queue.ENCODE,
+    STITCH_TASK: Queue.STITCH,
+    TRANSCODE_TASK: Queue.ENCODE,
+}
 
 
 def make_app(settings: Settings, name: str = "farm") -> Celery:
@@ -90,3 +96,7 @@ class Dispatcher:
 
     def stitch(self, job_id: str) -> str:
         return self._send(STITCH_TASK, {"job_id": job_id})
+
+    def transcode(self, job_id: str, chunk: int, countdown_s: float = 0) -> str:
+        """An encode job's segment: frames of the master straight to a segment, no render."""
+        return self._send(TRANSCODE_TASK, {"job_id": job_id, "chunk": chunk}, countdown_s)

@@ -65,6 +65,16 @@ def r_frames(job_id: str) -> str:
     return f"{REDIS_PREFIX}:frames:{job_id}"
 
 
+def r_renders(job_id: str) -> str:
+    """Hash: frame number -> how many times it was rendered and stored (1 unless work was lost)."""
+    return f"{REDIS_PREFIX}:renders:{job_id}"
+
+
+def r_blocklist(job_id: str) -> str:
+    """Hash: worker name -> permanent failures on this job."""
+    return f"{REDIS_PREFIX}:blocklist:{job_id}"
+
+
 def r_leases() -> str:
     """Sorted set of "job_id:chunk" scored by lease expiry (unix seconds)."""
     return f"{REDIS_PREFIX}:leases"

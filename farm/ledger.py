@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from farm import keys
 from farm.errors import LedgerError, UnreachableError
-from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, RENEW, START_STITCH
+from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, START_STITCH
 from farm.plan import Chunk
 from farm.spec import JobSpec
 from farm.state import ChunkState, JobState, job_sources_of, sources_of
@@ -56,20 +58,29 @@ class Ledger:
     """All of the farm's Redis state goes through here."""
 
     def __init__(self, client: redis.Redis) -> None:
-        self.r = client
+        # decode_responses=True: every reply is str; redis-py's stubs cannot express that.
+        self.r: Any = client
         self._move = client.register_script(CHUNK_MOVE)
         self._renew = client.register_script(RENEW)
         self._stitch = client.register_script(START_STITCH)
         self._job_move = client.register_script(JOB_MOVE)
+        self._plan_rest = client.register_script(PLAN_REST)
 
     @classmethod
-    def from_url(cls, url: str) -> Ledger:
+    def from_url(cls, url: str, *, ride_out_s: float = 0.0) -> Ledger:
+        """`ride_out_s` > 0 (workers, reconciler): retry through a Redis restart that long, so a
+        short outage delays work instead of failing it. The CLI answers at once instead."""
+        retries = 0
+        if ride_out_s > 0:
+            retries = max(1, int(ride_out_s / 2))
         client = redis.Redis.from_url(
             url,
             decode_responses=True,
             socket_connect_timeout=5,
             socket_timeout=10,
             health_check_interval=15,
+            retry=Retry(ExponentialBackoff(cap=2.0, base=0.25), retries),
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError] if retries else [],
         )
         return cls(client)
 
@@ -83,8 +94,16 @@ class Ledger:
 
     # ── jobs ──────────────────────────────────────────────────────────────────────────────────
     def create_job(
-        self, *, job_id: str, spec: JobSpec, chunks: Iterable[Chunk], scene_key: str
+        self,
+        *,
+        job_id: str,
+        spec: JobSpec,
+        chunks: Iterable[Chunk],
+        scene_key: str,
+        plan: dict[str, str] | None = None,
     ) -> None:
+        """`plan`: chunk_size, chunk_plan (why) and, for an auto-sized job still probing,
+        plan_pending=1, which keeps the completion gate shut until `plan_rest` adds the rest."""
         chunk_list = list(chunks)
         now = time.time()
         with _wrapped("record the job"):
@@ -103,6 +122,7 @@ class Ledger:
                     "created": now,
                     "error": "",
                     "output": "",
+                    **(plan or {}),
                 },
             )
             for chunk in chunk_list:
@@ -159,6 +179,30 @@ class Ledger:
         if status == "ok":
             self.event(job_id, f"job-{target}", **fields)
         return Move(status=status, previous=previous, target=str(target))
+
+    def plan_rest(
+        self, job_id: str, *, after: int, chunks: list[Chunk], chunk_size: int, reason: str
+    ) -> bool:
+        """Add an auto-sized job's remaining chunks once (true for the one caller that did).
+        `after` is the number of chunks planned so far; the new ones must be numbered from it."""
+        if any(c.index != after + i for i, c in enumerate(chunks)):
+            raise ValueError("the rest of the plan must be numbered after the probe chunks")
+        with _wrapped("plan the rest of the job"):
+            won = bool(
+                self._plan_rest(
+                    keys=[keys.r_job(job_id), *(keys.r_chunk(job_id, c.index) for c in chunks)],
+                    args=[
+                        time.time(),
+                        chunk_size,
+                        reason,
+                        json.dumps([list(c.frames) for c in chunks]),
+                        after,
+                    ],
+                )
+            )
+        if won:
+            self.event(job_id, "planned", chunk_size=chunk_size, chunks=len(chunks), reason=reason)
+        return won
 
     def try_start_stitch(self, job_id: str) -> bool:
         """The completion gate: true for exactly one caller once every chunk is done."""
@@ -234,8 +278,59 @@ class Ledger:
             self.r.hset(keys.r_chunk(job_id, index), mapping={k: str(v) for k, v in fields.items()})
 
     def record_frame(self, job_id: str, frame: int, size_bytes: int, sha256: str) -> None:
+        """Record a verified frame, and count renders per frame (more than one is waste)."""
         with _wrapped("record a frame"):
-            self.r.hset(keys.r_frames(job_id), str(frame), f"{size_bytes}:{sha256}")
+            pipe = self.r.pipeline(transaction=True)
+            pipe.hset(keys.r_frames(job_id), str(frame), f"{size_bytes}:{sha256}")
+            pipe.hincrby(keys.r_renders(job_id), str(frame), 1)
+            pipe.execute()
+
+    def render_counts(self, job_id: str) -> dict[int, int]:
+        with _wrapped("read render counts"):
+            raw: dict[str, str] = self.r.hgetall(keys.r_renders(job_id))
+        return {int(k): int(v) for k, v in raw.items()}
+
+    def blame(self, job_id: str, worker: str) -> int:
+        """Count a failure of `worker` on this job; returns its count (for the blocklist)."""
+        with _wrapped("count a worker failure"):
+            count: int = self.r.hincrby(keys.r_blocklist(job_id), worker, 1)
+        return count
+
+    def blocked(self, job_id: str) -> dict[str, int]:
+        with _wrapped("read the blocklist"):
+            raw: dict[str, str] = self.r.hgetall(keys.r_blocklist(job_id))
+        return {k: int(v) for k, v in raw.items()}
+
+    def cancel_job(self, job_id: str) -> list[int]:
+        """Cancel the job and every unfinished chunk; running workers see it at their next renewal."""
+        self.move_job(job_id, JobState.CANCELLED, finished=time.time(), error="cancelled by a user")
+        cancelled = []
+        for chunk in self.chunks(job_id):
+            index = int(chunk["index"])
+            if self.move_chunk(job_id, index, ChunkState.CANCELLED).moved:
+                self.drop_lease(job_id, index)
+                cancelled.append(index)
+        return cancelled
+
+    def reopen_job(self, job_id: str, *, every_unfinished: bool) -> list[int]:
+        """Back to running: failed chunks (or every unfinished one) queued with a fresh budget.
+        Returns the chunks that now wait for work (queued or interrupted)."""
+        move = self.move_job(job_id, JobState.RUNNING, error="", finished="")
+        if not move.moved:
+            raise LedgerError(f"job {job_id} is {move.previous}; only failed or cancelled jobs retry")
+        reopen = {ChunkState.FAILED}
+        if every_unfinished:
+            reopen |= {ChunkState.CANCELLED, ChunkState.INTERRUPTED}
+        waiting = []
+        for chunk in self.chunks(job_id):
+            index, state = int(chunk["index"]), chunk.get("state", "")
+            if state in reopen:
+                self.move_chunk(job_id, index, ChunkState.QUEUED, failures=0, error="")
+            if self.chunk(job_id, index).get("state") in (ChunkState.QUEUED, ChunkState.INTERRUPTED):
+                waiting.append(index)
+        with _wrapped("reset the blocklist"):
+            self.r.delete(keys.r_blocklist(job_id))
+        return waiting
 
     def frame_records(self, job_id: str) -> dict[int, tuple[int, str]]:
         with _wrapped("read frame records"):

@@ -71,9 +71,11 @@ return 'ok'
 """
 
 # KEYS: 1 job hash; ARGV: 1 now. The completion gate: exactly one caller wins 'stitching'.
+# Never while an auto-sized job's plan is pending: chunks_total does not count the rest yet.
 START_STITCH = r"""
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'running' then return 0 end
+if redis.call('HGET', KEYS[1], 'plan_pending') == '1' then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'chunks_done')) ~=
    tonumber(redis.call('HGET', KEYS[1], 'chunks_total')) then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'stitching', 'stitch_started', ARGV[1])
@@ -91,4 +93,23 @@ if not allowed then return {'refused', state} end
 for k, v in pairs(cjson.decode(ARGV[3])) do redis.call('HSET', KEYS[1], k, tostring(v)) end
 redis.call('HSET', KEYS[1], 'state', ARGV[1])
 return {'ok', state}
+"""
+
+# KEYS: 1 job hash, 2.. the new chunk hashes (indexes chunks_total, chunks_total+1, ...)
+# ARGV: 1 now, 2 chunk size, 3 reason, 4 JSON list of frame lists, 5 expected chunks_total
+# The rest of an auto-sized job, planned once: the chunks and the new total appear together with
+# plan_pending cleared, so the completion gate never sees a partial total. Returns 1 or 0.
+PLAN_REST = r"""
+if redis.call('HGET', KEYS[1], 'plan_pending') ~= '1' then return 0 end
+local total = tonumber(redis.call('HGET', KEYS[1], 'chunks_total'))
+if total ~= tonumber(ARGV[5]) then return 0 end
+local plan = cjson.decode(ARGV[4])
+for i, frames in ipairs(plan) do
+  redis.call('HSET', KEYS[i + 1], 'index', total + i - 1, 'state', 'queued',
+    'frames', cjson.encode(frames), 'frame_count', #frames, 'attempt', 0, 'failures', 0,
+    'interruptions', 0, 'token', '', 'worker', '', 'error', '')
+end
+redis.call('HSET', KEYS[1], 'chunks_total', total + #plan, 'plan_pending', '0',
+  'chunk_size', ARGV[2], 'chunk_plan', ARGV[3], 'planned', ARGV[1])
+return 1
 """

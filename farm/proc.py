@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import subprocess
 import threading
@@ -80,6 +81,15 @@ def stop_group(pid: int, terminate_delay_s: float) -> None:
     threading.Thread(target=_kill, daemon=True).start()
 
 
+def _address_space_limit(limit_bytes: int) -> Callable[[], None]:
+    """Cap the child's address space: a runaway allocation fails in the child, not the host."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    return apply
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -89,6 +99,7 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     tail_lines: int = 60,
+    memory_limit_bytes: int = 0,
 ) -> Result:
     """Run a program to the end, streaming each output line to `on_line` and `log_path`."""
     handle = handle or Running()
@@ -103,6 +114,7 @@ def run(
             start_new_session=True,
             env=dict(env) if env is not None else None,
             cwd=cwd,
+            preexec_fn=_address_space_limit(memory_limit_bytes) if memory_limit_bytes else None,
         )
     except FileNotFoundError as exc:
         raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc

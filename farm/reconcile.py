@@ -41,6 +41,9 @@ class Reconciler:
                 ChunkState.RENDERING: ChunkState.QUEUED,
                 ChunkState.ENCODING: ChunkState.RENDERED,
             }.get(ChunkState(state) if state else ChunkState.DONE)
+            transcode = self.ledger.job(job_id).get("kind") == "encode"
+            if transcode and back_to is ChunkState.RENDERED:
+                back_to = ChunkState.QUEUED  # an encode job's segment has no render to keep
             if back_to is None:
                 # Finished or cancelled meanwhile; the lease entry is stale.
                 self.ledger.drop_lease(job_id, index)
@@ -61,7 +64,9 @@ class Reconciler:
                 log.warning(
                     "chunk %s/%d: lease of %s expired; requeued", job_id, index, chunk.get("worker")
                 )
-                if back_to is ChunkState.QUEUED:
+                if transcode:
+                    self.dispatch.transcode(job_id, index)
+                elif back_to is ChunkState.QUEUED:
                     self.dispatch.render(job_id, index)
                 else:
                     self.dispatch.encode(job_id, index)

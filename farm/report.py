@@ -9,7 +9,7 @@ from typing import Any
 
 def _f(value: str | None) -> float | None:
     try:
-        return float(value) if value not in (None, "") else None
+        return float(value) if value else None
     except ValueError:
         return None
 
@@ -51,6 +51,8 @@ def job_summary(
         "frames_total": int(job.get("frames_total", 0)),
         "frames_rendered": sum(min(c["frames_rendered"], c["frame_count"]) for c in chunk_list),
         "output": job.get("output", ""),
+        "chunk_size": job.get("chunk_size", ""),
+        "chunk_plan": job.get("chunk_plan", ""),
         "error": job.get("error", ""),
         "spec": spec,
         "created": created,
@@ -60,8 +62,8 @@ def job_summary(
 
 
 def eta_s(summary: dict[str, Any]) -> float | None:
-    done, total = summary["frames_rendered"], summary["frames_total"]
-    elapsed = summary["elapsed_s"]
+    done, total = int(summary["frames_rendered"]), int(summary["frames_total"])
+    elapsed = float(summary["elapsed_s"] or 0)
     if not done or not elapsed or done >= total:
         return None
     return elapsed * (total - done) / done
@@ -99,6 +101,8 @@ def status_text(summary: dict[str, Any]) -> str:
     ]
     if summary["output"]:
         lines.append(f"  output  {summary['output']}")
+    if summary.get("chunk_plan"):
+        lines.append(f"  chunk size {summary['chunk_size']}: {summary['chunk_plan']}")
     if summary["error"]:
         lines.append(f"  error   {summary['error']}")
     lines.append(f"  {'chunk':>5}  {'frames':<11} {'state':<11} {'try':>3}  {'time':>7}  worker")

@@ -36,7 +36,12 @@ class Settings:
     reconcile_interval_s: float = 5.0
     max_attempts: int = 3
     """Failures a chunk may spend before the job fails; interruptions do not count."""
+    spot_interruption_per_h: float = 0.05
+    """Expected spot reclaims per instance-hour (0.05: 5%/h); `--chunk-size auto` sizes for it."""
+    render_memory_limit_mb: int = 0
+    """Address-space cap for CPU Blender renders (0: none), so a runaway scene fails alone."""
     imds_url: str = "http://169.254.169.254"
+    """The instance metadata service the spot watcher polls (IMDSv2)."""
     scratch_dir: str = ""
     """Where workers keep scenes and frames while they work; empty: the system temp dir."""
     blender: str = "blender"

@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import SpecError
+from farm.master import MasterInfo
 
 MAX_WIDTH, MAX_HEIGHT = 7680, 4320
 MAX_FRAMES = 1_000_000
+AUTO_CHUNK = 0
+"""JobSpec.chunk_size of `--chunk-size auto`: sized by farm.chunking from a probe wave."""
 _RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+))?\s*(?::\s*(-?\d+))?\s*$")
 
 
@@ -27,6 +30,17 @@ class Codec(StrEnum):
     """H.264 / AVC: plays everywhere."""
     HEVC = "hevc"
     """H.265 / HEVC: half the bits of H.264 at 4K."""
+    AV1 = "av1"
+    """AV1: fewer bits again; libsvtav1 in software, av1_nvenc on Ada and newer GPUs."""
+
+
+class EncoderChoice(StrEnum):
+    AUTO = "auto"
+    """NVENC where the worker's probe found a working one, else the software encoder."""
+    NVENC = "nvenc"
+    """NVENC only: a worker without one fails the segment and says so."""
+    SOFTWARE = "software"
+    """libx264 / libx265 / libsvtav1 even on a GPU host."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,11 +85,19 @@ class JobSpec:
     fps: float
     samples: int
     codec: Codec
+    # Encode jobs only (render jobs keep the defaults):
+    encoder: EncoderChoice = EncoderChoice.AUTO
+    quality: int | None = None
+    """CRF (software) or CQ (NVENC); None: the encoder's default for the codec."""
+    preset: str = "medium"
+    """x264/x265 preset names; mapped to NVENC p1..p7 and SVT-AV1 presets."""
+    master: MasterInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["kind"] = str(self.kind)
         data["codec"] = str(self.codec)
+        data["encoder"] = str(self.encoder)
         return data
 
     @classmethod
@@ -89,6 +111,10 @@ class JobSpec:
             fps=float(data["fps"]),
             samples=int(data["samples"]),
             codec=Codec(data["codec"]),
+            encoder=EncoderChoice(data.get("encoder", "auto")),
+            quality=None if data.get("quality") is None else int(data["quality"]),
+            preset=str(data.get("preset", "medium")),
+            master=MasterInfo.from_json(data["master"]) if data.get("master") else None,
         )
 
 
@@ -154,15 +180,23 @@ def build_render_spec(
     *,
     source_name: str,
     frames: str,
-    chunk_size: int,
+    chunk_size: int | str,
     resolution: str,
     fps: float,
     samples: int,
     codec: str,
 ) -> JobSpec:
-    """Validate CLI values into a render JobSpec, or raise SpecError naming the bad value."""
-    if chunk_size < 1:
-        raise SpecError(f"--chunk-size {chunk_size}: a chunk holds at least one frame")
+    """Validate CLI values into a render JobSpec, or raise SpecError naming the bad value.
+    `chunk_size` "auto" becomes AUTO_CHUNK."""
+    text = str(chunk_size).strip().lower()
+    if text == "auto":
+        chunk_size = AUTO_CHUNK
+    elif not text.lstrip("-").isdigit():
+        raise SpecError(f"--chunk-size {chunk_size!r}: write a number of frames, or auto")
+    elif int(text) < 1:
+        raise SpecError(f"--chunk-size {text}: a chunk holds at least one frame (or write auto)")
+    else:
+        chunk_size = int(text)
     if not 1 <= fps <= 240:
         raise SpecError(f"--fps {fps}: choose a frame rate between 1 and 240")
     if not 1 <= samples <= 65536:

@@ -44,7 +44,10 @@ class ChunkState(StrEnum):
 
 
 CHUNK_TRANSITIONS: dict[ChunkState, frozenset[ChunkState]] = {
-    ChunkState.QUEUED: frozenset({ChunkState.RENDERING, ChunkState.CANCELLED}),
+    # Encode-job chunks have nothing to render: they go from QUEUED straight to ENCODING.
+    ChunkState.QUEUED: frozenset(
+        {ChunkState.RENDERING, ChunkState.ENCODING, ChunkState.CANCELLED}
+    ),
     ChunkState.RENDERING: frozenset(
         {
             ChunkState.RENDERED,
@@ -54,7 +57,7 @@ CHUNK_TRANSITIONS: dict[ChunkState, frozenset[ChunkState]] = {
             ChunkState.CANCELLED,
         }
     ),
-    ChunkState.RENDERED: frozenset({ChunkState.ENCODING, ChunkState.CANCELLED}),
+    ChunkState.RENDERED: frozenset({ChunkState.ENCODING, ChunkState.INTERRUPTED, ChunkState.CANCELLED}),
     ChunkState.ENCODING: frozenset(
         {
             ChunkState.DONE,
@@ -64,7 +67,10 @@ CHUNK_TRANSITIONS: dict[ChunkState, frozenset[ChunkState]] = {
             ChunkState.CANCELLED,
         }
     ),
-    ChunkState.INTERRUPTED: frozenset({ChunkState.QUEUED, ChunkState.CANCELLED}),
+    # An interrupted chunk is requeued at once and stays marked until a worker claims it.
+    ChunkState.INTERRUPTED: frozenset(
+        {ChunkState.RENDERING, ChunkState.ENCODING, ChunkState.QUEUED, ChunkState.CANCELLED}
+    ),
     ChunkState.FAILED: frozenset({ChunkState.QUEUED}),
     ChunkState.CANCELLED: frozenset({ChunkState.QUEUED}),
     ChunkState.DONE: frozenset(),

@@ -1,29 +1,63 @@
 """The worker entry point: probe the hardware, then run a Celery worker on the queues it can serve.
 
     python -m workers --queues auto --concurrency 1 --name farm@host
-`farm worker` runs this; it is the one place on a worker that configures logging.
+`farm worker` runs this; it is the one place on a worker that configures logging. Tasks run in
+threads of this one process, so the spot watcher, the heartbeat and the running chunk share what
+they know about the instance going away.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_ready
 
 from farm.dispatch import Dispatcher, make_app
 from farm.ledger import Ledger
-from farm.settings import load_settings
+from farm.settings import Settings, load_settings
 from farm.store import Store
 from workers import gpu
 from workers.context import WorkerContext, default_worker_name
+from workers.spot import Interruption, Rebalance, SpotWatcher
 from workers.tasks import register
 
 log = logging.getLogger("workers")
-_CAPS_ENV = "FARM_WORKER_CAPABILITIES"
+RIDE_OUT_S = 60.0
+"""How long workers retry through a Redis restart before a call fails."""
+HEARTBEAT_S = 5.0
+
+
+def build_context(
+    settings: Settings, app: Celery, name: str, threads: int, caps: gpu.Capabilities
+) -> WorkerContext:
+    scratch = Path(settings.scratch_dir or tempfile.gettempdir()) / "farm-worker" / name
+    return WorkerContext(
+        settings=settings,
+        ledger=Ledger.from_url(settings.redis_url, ride_out_s=RIDE_OUT_S),
+        store=Store.from_settings(settings),
+        dispatch=Dispatcher(app),
+        caps=caps,
+        name=name,
+        scratch=scratch,
+        threads=threads,
+    )
+
+
+def stop_consuming(app: Celery, name: str, queues: list[str]) -> None:
+    """Take no new chunk: cancel this worker's consumers (the message in hand is unaffected)."""
+    for queue in queues:
+        try:
+            app.control.cancel_consumer(queue, destination=[name], reply=False)
+        except Exception as exc:  # the broker may be down; the drain flag still refuses work
+            log.warning("could not cancel the %s consumer: %s", queue, exc)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,71 +73,62 @@ def main(argv: list[str] | None = None) -> None:
     )
     settings = load_settings()
     caps = gpu.probe(blender=settings.blender, ffmpeg=settings.ffmpeg)
-    os.environ[_CAPS_ENV] = json.dumps(caps.to_json())
     queues = caps.queues() if args.queues == "auto" else [q.strip() for q in args.queues.split(",")]
-    scratch = Path(settings.scratch_dir or tempfile.gettempdir()) / "farm-worker" / args.name
     app = make_app(settings)
-    contexts: dict[int, WorkerContext] = {}
-    lock = threading.Lock()
+    ctx = build_context(settings, app, args.name, args.threads, caps)
+    register(app, lambda: ctx)
 
-    def get_ctx() -> WorkerContext:
-        # One context per process: prefork children must not share the parent's sockets.
-        with lock:
-            ctx = contexts.get(os.getpid())
-            if ctx is None:
-                ledger = Ledger.from_url(settings.redis_url)
-                ctx = WorkerContext(
-                    settings=settings,
-                    ledger=ledger,
-                    store=Store.from_settings(settings),
-                    dispatch=Dispatcher(app),
-                    caps=caps,
-                    name=args.name,
-                    scratch=scratch,
-                    threads=args.threads,
-                )
-                contexts[os.getpid()] = ctx
-            return ctx
+    def on_interruption(notice: Interruption) -> None:
+        ctx.drain.start(f"spot {notice.action} notice", deadline=notice.deadline)
+        stop_consuming(app, args.name, queues)
 
-    register(app, get_ctx)
-    _start_heartbeat(settings.redis_url, args.name, queues, caps)
-    log.info(
-        "worker %s serving %s (Cycles: %s, NVENC: %s)",
-        args.name,
-        ",".join(queues),
-        caps.cycles_device,
-        caps.nvenc,
+    def on_rebalance(notice: Rebalance) -> None:
+        ctx.drain.start("rebalance recommendation")
+        stop_consuming(app, args.name, queues)
+
+    watcher = SpotWatcher(
+        settings.imds_url, on_interruption=on_interruption, on_rebalance=on_rebalance
     )
+
+    @worker_ready.connect  # type: ignore[untyped-decorator]
+    def _ready(**_: Any) -> None:
+        watcher.start()
+
+    _start_heartbeat(ctx, queues)
+    log.info("worker %s serving %s (Cycles: %s, NVENC: %s)", args.name, ",".join(queues),
+             caps.cycles_device, caps.nvenc)  # fmt: skip
     app.worker_main(
         [
             "worker",
-            "--queues",
-            ",".join(queues),
-            "--concurrency",
-            str(args.concurrency),
-            "--hostname",
-            args.name,
-            "--loglevel",
-            args.loglevel,
+            "--queues", ",".join(queues),
+            "--pool", "threads",
+            "--concurrency", str(args.concurrency),
+            "--hostname", args.name,
+            "--loglevel", args.loglevel,
             "--task-events",
             "--without-gossip",
             "--without-mingle",
-            "--prefetch-multiplier",
-            "1",
+            "--prefetch-multiplier", "1",
         ]
-    )
+    )  # fmt: skip
 
 
-def _start_heartbeat(redis_url: str, name: str, queues: list[str], caps: gpu.Capabilities) -> None:
-    ledger = Ledger.from_url(redis_url)
-
+def _start_heartbeat(ctx: WorkerContext, queues: list[str]) -> None:
     def beat() -> None:
         while True:
             try:
-                ledger.heartbeat(name, {"queues": queues, "pid": os.getpid(), **caps.to_json()})
+                ctx.ledger.heartbeat(
+                    ctx.name,
+                    {
+                        "queues": queues,
+                        "pid": os.getpid(),
+                        "draining": ctx.drain.reason,
+                        **ctx.caps.to_json(),
+                    },
+                )
             except Exception as exc:  # Redis may be restarting; keep beating
                 log.warning("heartbeat failed: %s", exc)
-            threading.Event().wait(10)
+            time.sleep(HEARTBEAT_S)
 
     threading.Thread(target=beat, daemon=True, name="heartbeat").start()
 

@@ -1,9 +1,11 @@
-"""What every task on a worker shares: settings, ledger, store, dispatcher, capabilities."""
+"""What every task on a worker shares: settings, ledger, store, dispatcher, capabilities, and
+whether the instance is going away."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +14,24 @@ from farm.ledger import Ledger
 from farm.settings import Settings
 from farm.store import Store
 from workers.gpu import Capabilities
+
+
+@dataclass(slots=True)
+class Drain:
+    """Set by the spot watcher (or shutdown): take no new chunk; `deadline` for an interruption."""
+
+    active: threading.Event = field(default_factory=threading.Event)
+    deadline: float | None = None
+    reason: str = ""
+
+    def start(self, reason: str, deadline: float | None = None) -> None:
+        self.reason = reason
+        if deadline is not None:
+            self.deadline = deadline
+        self.active.set()
+
+    def seconds_left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.time()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,8 +45,12 @@ class WorkerContext:
     scratch: Path
     threads: int = 0
     """CPU threads Blender may use; 0: all."""
-    stopping: threading.Event = field(default_factory=threading.Event)
-    """Set when the instance is going away: finish or hand back, take nothing new."""
+    drain: Drain = field(default_factory=Drain)
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once the worker takes no new chunks (the drain has started)."""
+        return self.drain.active
 
     def job_dir(self, job_id: str) -> Path:
         path = self.scratch / "jobs" / job_id

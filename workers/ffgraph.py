@@ -12,8 +12,24 @@ from pathlib import Path
 
 import ffmpeg
 
-SOFTWARE = {"h264": "libx264", "hevc": "libx265"}
-NVENC = {"h264": "h264_nvenc", "hevc": "hevc_nvenc"}
+SOFTWARE = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1"}
+NVENC = {"h264": "h264_nvenc", "hevc": "hevc_nvenc", "av1": "av1_nvenc"}
+_PRESET_ORDER = (
+    "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow",
+    "placebo",
+)  # fmt: skip
+NVENC_PRESETS = ("p1", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p7", "p7")
+SVTAV1_PRESETS = (12, 11, 10, 9, 8, 6, 4, 3, 2, 1)
+
+
+def mapped_preset(encoder: str, preset: str) -> str:
+    """x264-style preset names, mapped for NVENC (p1..p7) and SVT-AV1 (12..1)."""
+    rank = _PRESET_ORDER.index(preset) if preset in _PRESET_ORDER else 5
+    if encoder.endswith("_nvenc"):
+        return NVENC_PRESETS[rank]
+    if encoder == "libsvtav1":
+        return str(SVTAV1_PRESETS[rank])
+    return preset
 
 
 def fps_fraction(fps: float) -> Fraction:
@@ -76,9 +92,16 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
             },
             **{"tag:v": "hvc1"},
         )
+    elif settings.encoder == "libsvtav1":
+        opts.update(
+            crf=settings.quality,
+            preset=mapped_preset(settings.encoder, settings.preset),
+            # irefresh-type=2: closed GOP, every keyframe an IDR that segments can start on.
+            **{"svtav1-params": f"keyint={gop}:scd=0:irefresh-type=2"},
+        )
     else:
         opts.update(
-            preset="p5",
+            preset=mapped_preset(settings.encoder, settings.preset),
             rc="vbr",
             cq=settings.quality,
             **{"b:v": 0},

@@ -1,9 +1,12 @@
-"""Holding a chunk's lease while Blender or ffmpeg runs: renew it, or stop the work when it is lost."""
+"""Holding a chunk's lease while Blender or ffmpeg runs: renew it, stop the work when it is lost,
+cancelled or cannot finish before a spot deadline, and keep the attempt's log in the store."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from types import TracebackType
 
 from farm.errors import FarmError
@@ -11,13 +14,16 @@ from farm.ledger import Ledger
 from farm.proc import Running
 
 log = logging.getLogger(__name__)
+TICK_S = 0.5
+LOG_UPLOAD_EVERY_S = 10.0
 
 
 class LeaseKeeper:
-    """Renews the lease every `renew_s` in a thread; on loss or cancel, stops the running program.
+    """Renews every `renew_s` (at most 2 s, so a cancel stops work within seconds) in a thread.
 
     A Redis outage shorter than the lease is ridden out: renewals fail, are logged, and the next
-    one that gets through restores the lease.
+    one that gets through restores the lease. `should_stop` is asked every tick; a non-empty
+    answer stops the program and is kept in `stopped_for`.
     """
 
     def __init__(
@@ -30,37 +36,58 @@ class LeaseKeeper:
         lease_s: float,
         renew_s: float,
         running: Running,
+        should_stop: Callable[[], str] | None = None,
+        upload_log: Callable[[], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.job_id = job_id
         self.chunk = chunk
         self.token = token
         self.lease_s = lease_s
-        self.renew_s = renew_s
+        self.renew_s = min(renew_s, 2.0)
         self.running = running
+        self.should_stop = should_stop
+        self.upload_log = upload_log
         self.lost: str = ""
         """'' while held; 'lost' or 'cancelled' once the work must stop."""
+        self.stopped_for: str = ""
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop, name=f"lease-{job_id}-{chunk}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name=f"lease-{job_id}-{chunk}", daemon=True)
+
+    def _renew(self) -> bool:
+        try:
+            answer = self.ledger.renew(self.job_id, self.chunk, self.token, self.lease_s)
+        except FarmError as exc:
+            log.warning("lease renewal for %s/%d failed, will retry: %s", self.job_id, self.chunk, exc)
+            return True
+        if answer != "ok":
+            log.warning("chunk %s/%d: lease %s; stopping this attempt", self.job_id, self.chunk, answer)
+            self.lost = answer
+            self.running.stop()
+            return False
+        return True
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.renew_s):
-            try:
-                answer = self.ledger.renew(self.job_id, self.chunk, self.token, self.lease_s)
-            except FarmError as exc:
-                log.warning(
-                    "lease renewal for %s/%d failed, will retry: %s", self.job_id, self.chunk, exc
-                )
-                continue
-            if answer != "ok":
-                log.warning(
-                    "chunk %s/%d: lease %s; stopping this attempt", self.job_id, self.chunk, answer
-                )
-                self.lost = answer
-                self.running.stop()
-                return
+        next_renew = time.monotonic() + self.renew_s
+        next_log = time.monotonic() + LOG_UPLOAD_EVERY_S
+        while not self._stop.wait(TICK_S):
+            now = time.monotonic()
+            if now >= next_renew:
+                next_renew = now + self.renew_s
+                if not self._renew():
+                    return
+            if self.should_stop and not self.stopped_for:
+                reason = self.should_stop()
+                if reason:
+                    log.warning("chunk %s/%d: %s; stopping", self.job_id, self.chunk, reason)
+                    self.stopped_for = reason
+                    self.running.stop()
+            if self.upload_log and now >= next_log:
+                next_log = now + LOG_UPLOAD_EVERY_S
+                try:
+                    self.upload_log()
+                except FarmError as exc:
+                    log.debug("log upload failed: %s", exc)
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()
@@ -73,4 +100,4 @@ class LeaseKeeper:
         tb: TracebackType | None,
     ) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=10)

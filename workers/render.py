@@ -21,7 +21,7 @@ from farm.proc import Running, run
 from farm.spec import JobSpec
 from farm.state import ChunkState
 from farm.store import Store, sha256_file
-from workers import blender
+from workers import autochunk, blender, spot
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 
@@ -123,67 +123,13 @@ def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
     scene = fetch_scene(ctx, job["scene_key"])
     fetched_s = time.monotonic() - started
     todo = frames_to_render(ctx, job_id, frames)
-    out_dir = ctx.job_dir(job_id) / "frames"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log_path = ctx.job_dir(job_id) / f"render-{index:05d}-{claim.token.split(':')[0]}.log"
     uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
-    running = Running()
-    result = None
+    saved_s: list[float] = []
     if todo:
-        argv = blender.render_argv(
-            blender=ctx.settings.blender,
-            scene=scene,
-            out_dir=out_dir,
-            frames=todo,
-            settings=blender.RenderSettings(
-                width=spec.resolution.width,
-                height=spec.resolution.height,
-                samples=spec.samples,
-                device=ctx.caps.cycles_device,
-                threads=ctx.threads,
-            ),
-        )
-
-        def on_line(line: str) -> None:
-            saved = blender.saved_frame(line)
-            if saved:
-                uploader.add(*saved)
-
-        uploader.start()
-        keeper = LeaseKeeper(
-            ctx.ledger,
-            job_id=job_id,
-            chunk=index,
-            token=claim.token,
-            lease_s=ctx.settings.lease_s,
-            renew_s=ctx.settings.lease_renew_s,
-            running=running,
-        )
-        with keeper:
-            result = run(argv, on_line=on_line, log_path=log_path, handle=running)
-            uploader.finish()
-        ctx.store.put_file(keys.log_key(job_id, index, _attempt(claim.token), "render"), log_path)
-        if keeper.lost:
-            raise LeaseLost(f"chunk {index}: lease {keeper.lost} while rendering")
-        if ctx.stopping.is_set():
-            raise ChunkInterrupted(f"chunk {index}: worker interrupted while rendering")
-        if result.returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
-            # Stopped from outside (the worker is shutting down), not a crash of the scene.
-            raise ChunkInterrupted(
-                f"chunk {index}: Blender was stopped (signal {-result.returncode})"
-            )
-        if not result.ok:
-            tail = "\n".join(result.tail[-25:])
-            raise PermanentError(
-                f"Blender exited with code {result.returncode} rendering frames "
-                f"{todo[0]}..{todo[-1]}:\n{tail}"
-            )
-        if uploader.errors:
-            raise PermanentError("; ".join(uploader.errors))
-        missing = sorted(set(todo) - set(uploader.done))
-        if missing:
-            raise PermanentError(f"Blender reported success but frames {missing} were not saved")
+        saved_s = _run_blender(ctx, job_id, index, claim.token, spec, scene, todo, uploader)
     elapsed = time.monotonic() - started
+    if job.get("plan_pending") == "1":
+        autochunk.plan_rest(ctx, job_id, spec, saved_s, index)
     move = ctx.ledger.move_chunk(
         job_id,
         index,
@@ -204,6 +150,127 @@ def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
         "rendered": len(todo),
         "reused": len(frames) - len(todo),
     }
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What Blender's log has told us so far: the frame it is on and how long frames take."""
+
+    frame: int | None = None
+    frame_times_s: list[float] = field(default_factory=list)
+    launched: float = field(default_factory=time.monotonic)
+    saved_s: list[float] = field(default_factory=list)
+    """Seconds from launch to each `Saved:` line: what auto chunk sizing measures."""
+
+    def on_line(self, line: str, uploader: FrameUploader) -> None:
+        saved = blender.saved_frame(line)
+        if saved:
+            self.saved_s.append(time.monotonic() - self.launched)
+            uploader.add(*saved)
+            return
+        progress = blender.frame_progress(line)
+        if progress:
+            self.frame = progress[0]
+            return
+        took = blender.frame_time_s(line)
+        if took is not None:
+            self.frame_times_s.append(took)
+
+    def frame_time_s(self) -> float:
+        return sum(self.frame_times_s) / len(self.frame_times_s) if self.frame_times_s else 0.0
+
+
+def _run_blender(
+    ctx: WorkerContext,
+    job_id: str,
+    index: int,
+    token: str,
+    spec: JobSpec,
+    scene: Path,
+    todo: list[int],
+    uploader: FrameUploader,
+) -> list[float]:
+    """Render `todo` while holding the lease; raise what the outcome means for the chunk.
+    Returns the seconds from Blender's launch to each frame's `Saved:` line."""
+    out_dir = ctx.job_dir(job_id) / "frames"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    attempt = _attempt(token)
+    log_path = ctx.job_dir(job_id) / f"render-{index:05d}-{attempt}.log"
+    log_key = keys.log_key(job_id, index, attempt, "render")
+    settings = blender.RenderSettings(
+        width=spec.resolution.width,
+        height=spec.resolution.height,
+        samples=spec.samples,
+        device=ctx.caps.cycles_device,
+        threads=ctx.threads,
+    )
+    argv = blender.render_argv(
+        blender=ctx.settings.blender, scene=scene, out_dir=out_dir, frames=todo, settings=settings
+    )
+    progress = _Progress()
+    running = Running()
+
+    def spot_check() -> str:
+        deadline = ctx.drain.deadline
+        if deadline is None:
+            return ""
+        remaining = len(todo) - len(uploader.done)
+        if spot.can_finish(
+            remaining_frames=remaining,
+            frame_time_s=progress.frame_time_s(),
+            deadline=deadline,
+            now=time.time(),
+        ):
+            return ""
+        return f"spot interruption: {remaining} frames cannot finish before the deadline"
+
+    keeper = LeaseKeeper(
+        ctx.ledger,
+        job_id=job_id,
+        chunk=index,
+        token=token,
+        lease_s=ctx.settings.lease_s,
+        renew_s=ctx.settings.lease_renew_s,
+        running=running,
+        should_stop=spot_check,
+        upload_log=lambda: ctx.store.put_file(log_key, log_path),
+    )
+    # A memory cap protects the host from a runaway scene; CUDA maps huge address ranges, so the
+    # cap only applies to CPU renders.
+    limit_mb = ctx.settings.render_memory_limit_mb if settings.device == "CPU" else 0
+    uploader.start()
+    with keeper:
+        result = run(
+            argv,
+            on_line=lambda line: progress.on_line(line, uploader),
+            log_path=log_path,
+            handle=running,
+            memory_limit_bytes=limit_mb * 1024 * 1024,
+        )
+        uploader.finish()
+    ctx.store.put_file(log_key, log_path)
+    if keeper.lost:
+        raise LeaseLost(f"chunk {index}: lease {keeper.lost} while rendering")
+    if keeper.stopped_for:
+        raise ChunkInterrupted(f"chunk {index}: {keeper.stopped_for}")
+    if result.returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
+        # Stopped from outside (the worker is shutting down), not a crash of the scene.
+        raise ChunkInterrupted(f"chunk {index}: Blender was stopped (signal {-result.returncode})")
+    if not result.ok:
+        how = (
+            f"crashed ({signal.Signals(-result.returncode).name})"
+            if result.returncode < 0
+            else f"exited with code {result.returncode}"
+        )
+        where = f" on frame {progress.frame}" if progress.frame is not None else ""
+        tail = "\n".join(result.tail[-25:])
+        raise PermanentError(f"Blender {how}{where}:\n{tail}")
+    if uploader.errors:
+        raise PermanentError("; ".join(uploader.errors))
+    missing = sorted(set(todo) - set(uploader.done))
+    if missing:
+        raise PermanentError(f"Blender reported success but frames {missing} were not saved")
+    return progress.saved_s
 
 
 def _attempt(token: str) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 from farm import keys
 from farm.errors import PermanentError
 from farm.proc import run
-from farm.spec import JobSpec
+from farm.spec import JobKind, JobSpec
 from farm.state import JobState
 from farm.store import sha256_file
 from workers.context import WorkerContext
@@ -60,6 +60,10 @@ def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, object]:
         return {"skipped": f"job is {job.get('state', 'unknown')}"}
     started = time.monotonic()
     spec = JobSpec.from_json(json.loads(job["spec"]))
+    if spec.kind is JobKind.ENCODE:
+        from workers.transcode_stitch import stitch_master  # it builds on verified_segments
+
+        return stitch_master(ctx, job_id, job, spec)
     work = ctx.job_dir(job_id) / "stitch"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

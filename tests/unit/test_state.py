@@ -6,8 +6,13 @@ def test_done_is_terminal() -> None:
     assert not any(can_move(ChunkState.DONE, s) for s in ChunkState)
 
 
-def test_a_chunk_is_claimed_only_from_queued() -> None:
-    assert sources_of(ChunkState.RENDERING) == {ChunkState.QUEUED}
+def test_a_chunk_is_claimed_only_while_waiting() -> None:
+    assert sources_of(ChunkState.RENDERING) == {ChunkState.QUEUED, ChunkState.INTERRUPTED}
+
+
+def test_a_finished_or_failed_chunk_is_never_claimed() -> None:
+    assert not can_move(ChunkState.FAILED, ChunkState.RENDERING)
+    assert not can_move(ChunkState.CANCELLED, ChunkState.RENDERING)
 
 
 def test_done_only_after_encoding() -> None:

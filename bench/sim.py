@@ -1,0 +1,318 @@
+"""A discrete-event simulation (heapq) of a spot GPU fleet rendering one job with the farm's own
+planner (farm.plan), chunk sizing (farm.chunking) and retry policy (workers.tasks.backoff_s and
+Settings.max_attempts). Deterministic for a seed; the same seed gives every policy the same
+frame times, boot times and reclaim times (common random numbers), so policies compare fairly.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from farm import chunking
+from farm.plan import Chunk, plan_chunks
+from farm.settings import Settings
+from farm.spec import FrameRange
+from workers.tasks import backoff_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    frames: int
+    startup_s: float
+    """Blender start-up and scene load, paid by every render attempt."""
+    frame_s: float
+    frame_cv: float = 0.25
+    encode_startup_s: float = 1.0
+    encode_frame_s: float = 0.05
+    stitch_s: float = 30.0
+    task_latency_s: float = 0.05
+    """Queue and ledger time per task."""
+    crash_p: float = 0.0
+    """Chance a render attempt crashes (a PermanentError: spends a failure, backoff, retry)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fleet:
+    gpus: int
+    interruption_per_h: float = 0.0
+    boot_s: float = 120.0
+    lease_s: float = Settings().lease_s
+    reconcile_s: float = Settings().reconcile_interval_s
+    max_attempts: int = Settings().max_attempts
+    spot_price_h: float = 0.45
+    """g5.xlarge (A10G) spot, us-east-1, a typical 2026 price; an assumption, not a quote."""
+    on_demand_price_h: float = 1.006
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    policy: str
+    chunk_size: int
+    chunks: int
+    makespan_s: float
+    ideal_s: float
+    gpu_hours: float
+    lost_h: float
+    """Rendering thrown away: frames in flight at a reclaim or a crash, encodes cut short."""
+    startup_h: float
+    """Blender start-ups plus instance boots."""
+    interruptions: int
+    failed: str = ""
+    fails_as_built: bool = False
+    """Whether a chunk met max_attempts reclaims + crashes (a lease expiry spends a failure)."""
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.ideal_s
+
+
+@dataclass(slots=True)
+class _Task:
+    kind: str
+    chunk: int
+    started: float
+    saves: list[tuple[int, float]] = field(default_factory=list)
+    """(frame, time its save completes) for a render."""
+    crash_at: float = math.inf
+
+
+@dataclass(slots=True)
+class _Instance:
+    launched: float
+    alive: bool = True
+    ready: bool = False
+    ended: float = math.inf
+    task: _Task | None = None
+    prefer_encode: bool = False
+
+
+class Sim:
+    def __init__(self, work: Workload, fleet: Fleet, chunk_size: int, seed: int = 1) -> None:
+        self.w, self.f, self.seed = work, fleet, seed
+        self.auto = chunk_size == chunking.AUTO
+        self.frames = FrameRange(first=1, last=work.frames)
+        rng = random.Random(f"{seed}:frames")
+        sigma = math.sqrt(math.log(1 + work.frame_cv**2))
+        self.frame_t = [
+            work.frame_s * math.exp(rng.gauss(0, sigma) - sigma**2 / 2) for _ in range(work.frames)
+        ]
+        self.events: list[tuple[float, int, str, int, object]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.inst: list[_Instance] = []
+        self.render_q: deque[int] = deque()
+        self.idle: deque[int] = deque()
+        self.encode_q: deque[int] = deque()
+        self.saved: set[int] = set()
+        self.failures: dict[int, int] = {}
+        self.hits: dict[int, int] = {}
+        self.done = 0
+        self.planning = self.auto
+        self.chosen = chunk_size
+        self.failed = ""
+        self.finished = math.inf
+        self.lost_s = self.startup_s = 0.0
+        self.reclaims = 0
+        if self.auto:
+            self.chunks = {c.index: c for c in chunking.probe_wave(self.frames, fleet.gpus)}
+            self.probe = tuple(self.chunks.values())
+            self.planning = sum(len(c.frames) for c in self.probe) < work.frames
+            self.chosen = chunking.PROBE_FRAMES
+        else:
+            self.chunks = {c.index: c for c in plan_chunks(self.frames, chunk_size)}
+        self.render_q.extend(sorted(self.chunks))
+
+    def _at(self, t: float, kind: str, who: int, data: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, who, data))
+
+    def _launch(self, n: int) -> None:
+        idx = len(self.inst)
+        rng = random.Random(f"{self.seed}:instance:{n}")
+        self.inst.append(_Instance(launched=self.now))
+        boot = self.f.boot_s * rng.uniform(0.75, 1.25)
+        self.startup_s += boot
+        self._at(self.now + boot, "ready", idx)
+        lam = self.f.interruption_per_h / 3600
+        if lam > 0:
+            self._at(self.now + rng.expovariate(lam), "reclaim", idx, n)
+
+    def run(self) -> Outcome:
+        for n in range(self.f.gpus):
+            self._launch(n)
+        while self.events and self.finished == math.inf and not self.failed:
+            self.now, _, kind, who, data = heapq.heappop(self.events)
+            getattr(self, "_on_" + kind)(who, data)
+        end = self.finished if not self.failed else self.now
+        gpu_s = sum(min(i.ended, end) - i.launched for i in self.inst if i.launched < end)
+        ideal = self.w.frames * self.w.frame_s / self.f.gpus
+        return Outcome(
+            policy="auto" if self.auto else str(self.chosen),
+            chunk_size=self.chosen,
+            chunks=len(self.chunks),
+            makespan_s=end,
+            ideal_s=ideal,
+            gpu_hours=gpu_s / 3600,
+            lost_h=self.lost_s / 3600,
+            startup_h=self.startup_s / 3600,
+            interruptions=self.reclaims,
+            failed=self.failed,
+            fails_as_built=any(
+                n + self.failures.get(c, 0) >= self.f.max_attempts for c, n in self.hits.items()
+            ),
+        )
+
+    # ── events ────────────────────────────────────────────────────────────────────────────
+    def _on_ready(self, who: int, _: object) -> None:
+        inst = self.inst[who]
+        if inst.alive:
+            inst.ready = True
+            self._assign(who)
+
+    def _on_reclaim(self, who: int, n: object) -> None:
+        inst = self.inst[who]
+        if not inst.alive or self.now >= self.finished:
+            return
+        inst.alive, inst.ended = False, self.now
+        self.reclaims += 1
+        task = inst.task
+        if task is not None:
+            self._cut_short(task)
+            # Nobody hands it back: the lease expires (renewed every lease/3) and a reconcile pass
+            # takes it back, spending a failure as the ledger's 'fail' mode does.
+            rng = random.Random(f"{self.seed}:detect:{self.reclaims}")
+            detect = rng.uniform(self.f.lease_s * 2 / 3, self.f.lease_s)
+            detect += rng.uniform(0, self.f.reconcile_s)
+            # The design hands an interrupted chunk back without spending a failure; the code as
+            # built has no spot watcher yet, so its lease expires and spends one: counted apart.
+            self.hits[task.chunk] = self.hits.get(task.chunk, 0) + 1
+            self._at(self.now + detect, "requeue", task.chunk, task.kind)
+        self._launch(self.f.gpus + self.reclaims)  # the auto-scaling group replaces it
+
+    def _cut_short(self, task: _Task) -> None:
+        if task.kind == "render":
+            kept = [t for f, t in task.saves if t <= self.now]
+            for f, t in task.saves:
+                if t <= self.now:
+                    self.saved.add(f)
+            begun = task.started + self.w.task_latency_s + self.w.startup_s
+            self.lost_s += max(self.now - max(kept[-1] if kept else begun, begun), 0.0)
+            self.startup_s += min(max(self.now - task.started, 0.0), self.w.startup_s)
+        else:
+            self.lost_s += self.now - task.started
+
+    def _spend_failure(self, chunk: int, why: str) -> bool:
+        self.failures[chunk] = self.failures.get(chunk, 0) + 1
+        if self.failures[chunk] >= self.f.max_attempts:
+            self.failed = f"chunk {chunk} failed {self.failures[chunk]} times: {why}"
+            return False
+        return True
+
+    def _on_requeue(self, chunk: int, kind: object) -> None:
+        (self.render_q if kind == "render" else self.encode_q).append(chunk)
+        self._wake()
+
+    def _on_done(self, who: int, task: object) -> None:
+        inst = self.inst[who]
+        if not inst.alive or inst.task is not task:
+            return
+        assert isinstance(task, _Task)
+        inst.task = None
+        if task.kind == "render":
+            self._render_done(task)
+        elif task.kind == "encode":
+            self.done += 1
+            if not self.planning and self.done == len(self.chunks):
+                self._start(who, _Task(kind="stitch", chunk=-1, started=self.now), self.w.stitch_s)
+                return
+        else:
+            self.finished = self.now
+            return
+        self._assign(who)
+        self._wake()
+
+    def _render_done(self, task: _Task) -> None:
+        if task.crash_at < math.inf:
+            self._cut_short(task)
+            failures = self.failures.get(task.chunk, 0) + 1
+            if self._spend_failure(task.chunk, "Blender crashed"):
+                self._at(self.now + backoff_s(failures), "requeue", task.chunk, "render")
+            return
+        self.saved.update(f for f, _ in task.saves)
+        self.startup_s += self.w.startup_s
+        if self.planning and task.chunk < len(self.probe) and task.saves:
+            self._plan(task)
+        self._at(self.now + self.w.task_latency_s, "requeue", task.chunk, "encode")
+
+    def _plan(self, task: _Task) -> None:
+        begun = task.started + self.w.task_latency_s
+        m = chunking.measure_saved_times([t - begun for _, t in task.saves], "probe chunk")
+        pool = chunking.Pool(
+            workers=sum(1 for i in self.inst if i.alive),
+            interruption_per_h=self.f.interruption_per_h,
+            detect_s=self.f.lease_s + self.f.reconcile_s,
+            boot_s=self.f.boot_s,
+        )
+        left = self.w.frames - sum(len(c.frames) for c in self.probe)
+        choice = chunking.choose_chunk_size(frames=left, m=m, pool=pool)
+        rest = chunking.rest_after(self.frames, self.probe, choice.chunk_size)
+        self.chunks.update({c.index: c for c in rest})
+        self.render_q.extend(c.index for c in rest)
+        self.chosen, self.planning = choice.chunk_size, False
+
+    # ── scheduling ────────────────────────────────────────────────────────────────────────
+    def _wake(self) -> None:
+        while self.idle and (self.render_q or self.encode_q):
+            who = self.idle.popleft()
+            inst = self.inst[who]
+            if inst.alive and inst.task is None:
+                self._assign(who)
+
+    def _assign(self, who: int) -> None:
+        inst = self.inst[who]
+        if not (self.render_q or self.encode_q):
+            self.idle.append(who)
+            return
+        queues = [self.encode_q, self.render_q]
+        if not inst.prefer_encode:
+            queues.reverse()
+        inst.prefer_encode = not inst.prefer_encode  # kombu cycles the queues it consumes
+        for q in queues:
+            if q:
+                chunk = q.popleft()
+                if q is self.render_q:
+                    self._start_render(who, self.chunks[chunk])
+                else:
+                    n = len(self.chunks[chunk].frames)
+                    cost = self.w.encode_startup_s + n * self.w.encode_frame_s
+                    task = _Task(kind="encode", chunk=chunk, started=self.now)
+                    self._start(who, task, self.w.task_latency_s + cost)
+                return
+
+    def _start_render(self, who: int, chunk: Chunk) -> None:
+        task = _Task(kind="render", chunk=chunk.index, started=self.now)
+        t = self.now + self.w.task_latency_s + self.w.startup_s
+        todo = [f for f in chunk.frames if f not in self.saved]
+        tries = self.failures.get(chunk.index, 0)
+        crash = random.Random(f"{self.seed}:crash:{chunk.index}:{tries}")
+        crash_frame = crash.randrange(len(todo)) if todo and crash.random() < self.w.crash_p else -1
+        for i, frame in enumerate(todo):
+            t += self.frame_t[frame - 1]
+            if i == crash_frame:
+                task.crash_at = t
+                break
+            task.saves.append((frame, t))
+        self._start(who, task, (task.crash_at if task.crash_at < math.inf else t) - self.now)
+
+    def _start(self, who: int, task: _Task, duration_s: float) -> None:
+        self.inst[who].task = task
+        self._at(self.now + duration_s, "done", who, task)
+
+
+def simulate(work: Workload, fleet: Fleet, chunk_size: int, seed: int = 1) -> Outcome:
+    """One run; chunk_size farm.chunking.AUTO probes first and sizes the rest as the farm does."""
+    return Sim(work, fleet, chunk_size, seed).run()

@@ -1,0 +1,199 @@
+"""Choosing a render job's chunk size from what the farm measured (pure): the probe wave, the
+makespan model, the rule. The simulator in bench/ runs this same code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from farm.plan import Chunk, plan_chunks
+from farm.spec import FrameRange
+
+AUTO = 0
+"""JobSpec.chunk_size for `--chunk-size auto`."""
+PROBE_FRAMES = 2
+"""Frames in each probe chunk: two Saved: lines give one frame-to-frame interval."""
+EFFICIENCY = 0.9
+"""n >= EFFICIENCY/(1-EFFICIENCY) * S/F = 9·S/F keeps Blender start-up under 10% of a chunk."""
+TARGET_CHUNK_S = 900.0
+"""Longest chunk the rule aims for: progress stays visible and one chunk never holds a job."""
+FRAME_CV = 0.25
+"""Assumed spread of per-frame times (standard deviation / mean) when sizing the tail."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement:
+    """Blender start-up and scene load per chunk (S) and render+save time per frame (F)."""
+
+    startup_s: float
+    frame_s: float
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pool:
+    """The workers a job will run on, as the sizing rule sees them."""
+
+    workers: int
+    interruption_per_h: float = 0.05
+    """Spot reclaims per instance-hour (0.05: 5%/h)."""
+    detect_s: float = 35.0
+    """Reclaim to requeue: lease expiry plus a reconcile pass."""
+    boot_s: float = 120.0
+    """A replacement instance's start-up, lost capacity for every reclaim."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    chunk_size: int
+    reason: str
+    expected_makespan_s: float
+    efficiency: float
+    """n·F / (S + n·F): the share of a chunk spent rendering rather than starting Blender."""
+
+
+def measure_saved_times(launch_to_saved_s: Sequence[float], source: str = "") -> Measurement:
+    """S and F from the seconds between Blender's launch and each `Saved:` line of one run.
+
+    F is the median gap between consecutive saves (render + save of one frame); S is the time to
+    the first save less one F. A single frame cannot separate them: F is then its whole time less
+    nothing and S is 0, which errs toward smaller chunks.
+    """
+    times = sorted(launch_to_saved_s)
+    if not times:
+        raise ValueError("no frames were saved; nothing to measure")
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    frame_s = statistics.median(gaps) if gaps else times[0]
+    frame_s = max(frame_s, 1e-3)
+    return Measurement(startup_s=max(times[0] - frame_s, 0.0), frame_s=frame_s, source=source)
+
+
+def efficiency_floor(m: Measurement) -> int:
+    """Smallest n with n·F/(S+n·F) >= EFFICIENCY, i.e. n >= 9·S/F."""
+    return max(1, math.ceil(EFFICIENCY / (1 - EFFICIENCY) * m.startup_s / m.frame_s - 1e-9))
+
+
+def expected_makespan_s(
+    n: int, *, frames: int, m: Measurement, pool: Pool, frame_cv: float
+) -> float:
+    """Expected time for `frames` frames in chunks of n on the pool (start-up and stitch aside).
+
+    c = S + n·F per chunk, K = ceil(frames/n) chunks. Each reclaim costs the fleet B + S + F/2
+    GPU-seconds (a new instance boots; Blender restarts; the frame in flight is lost; frames
+    already saved are reused), so capacity is G·(1-r), r = λ·(B + S + F/2), and the bulk is
+    the larger of ceil(K/G) whole waves of c and K·c/(G·(1-r)). The tail adds the slowest last
+    chunk, F·cv·√n·√(2·ln G), and, when a chunk is reclaimed near the end (p = 1 - e^(-G·λ·c)
+    with μ = G·λ·c reclaims per chunk-time), the requeue delay and a restart, D + S, plus the wait
+    for a GPU: a replacement's boot B when the job is one wave, else the rest of the chunk that
+    was running, c·μ/(1+μ) (every GPU is busy until the bulk ends, then the remainder runs).
+    """
+    lam = pool.interruption_per_h / 3600.0
+    c = m.startup_s + n * m.frame_s
+    chunks = math.ceil(frames / n)
+    rho = min(lam * (pool.boot_s + m.startup_s + m.frame_s / 2), 0.9)
+    bulk = max(math.ceil(chunks / pool.workers) * c, chunks * c / (pool.workers * (1 - rho)))
+    lanes = min(chunks, pool.workers)
+    spread = (
+        m.frame_s * frame_cv * math.sqrt(n) * math.sqrt(2 * math.log(lanes)) if lanes > 1 else 0.0
+    )
+    mu = pool.workers * lam * c
+    wait = pool.boot_s if chunks <= pool.workers else c * mu / (1 + mu)
+    return bulk + spread + (1 - math.exp(-mu)) * (pool.detect_s + m.startup_s + wait)
+
+
+def choose_chunk_size(
+    *,
+    frames: int,
+    m: Measurement,
+    pool: Pool,
+    target_chunk_s: float = TARGET_CHUNK_S,
+    frame_cv: float = FRAME_CV,
+) -> Choice:
+    """The chunk size with the least expected makespan within [lo, hi], where
+
+    hi = min(ceil(frames/G), (target - S)/F): every worker gets work, no chunk runs past the target;
+    lo = min(9·S/F, hi): at least 90% of each chunk is rendering, unless that would idle workers.
+    Ties go to the larger n (fewer chunks, less Blender start-up).
+    """
+    workers = max(pool.workers, 1)
+    frames = max(frames, 1)
+    per_worker = math.ceil(frames / workers)
+    by_target = max(1, math.floor((target_chunk_s - m.startup_s) / m.frame_s))
+    hi = max(1, min(per_worker, by_target))
+    floor = efficiency_floor(m)
+    lo = min(floor, hi)
+    best, best_t = hi, math.inf
+    for n in range(hi, lo - 1, -1):
+        t = expected_makespan_s(n, frames=frames, m=m, pool=pool, frame_cv=frame_cv)
+        if t < best_t - 1e-9:
+            best, best_t = n, t
+    limits = []
+    if per_worker < floor:
+        limits.append(f"below 9·S/F={floor} so all {workers} workers get work")
+    if by_target < per_worker:
+        limits.append(f"at most {by_target} to keep chunks under {target_chunk_s:.0f} s")
+    eff = best * m.frame_s / (m.startup_s + best * m.frame_s)
+    reason = (
+        f"S={m.startup_s:.2f} s start-up, F={m.frame_s:.3f} s/frame"
+        + (f" ({m.source})" if m.source else "")
+        + f"; {workers} workers, {pool.interruption_per_h:.0%}/h reclaims; "
+        + f"range {lo}..{hi}"
+        + (f" ({'; '.join(limits)})" if limits else f" (9·S/F={floor})")
+        + f"; least expected makespan {best_t:.0f} s; efficiency {eff:.0%}"
+    )
+    return Choice(chunk_size=best, reason=reason, expected_makespan_s=best_t, efficiency=eff)
+
+
+def probe_wave(frames: FrameRange, workers: int) -> tuple[Chunk, ...]:
+    """The first chunks of an auto-sized job: one of PROBE_FRAMES frames per worker."""
+    all_frames = frames.frames[: max(workers, 1) * PROBE_FRAMES]
+    return tuple(
+        Chunk(index=i, frames=all_frames[start : start + PROBE_FRAMES])
+        for i, start in enumerate(range(0, len(all_frames), PROBE_FRAMES))
+    )
+
+
+def rest_after(frames: FrameRange, probed: tuple[Chunk, ...], chunk_size: int) -> tuple[Chunk, ...]:
+    """The frames the probe wave did not take, in chunks of `chunk_size`, numbered after it."""
+    taken = sum(len(c.frames) for c in probed)
+    rest = frames.frames[taken:]
+    if not rest:
+        return ()
+    step = frames.step
+    tail = FrameRange(first=rest[0], last=rest[-1], step=step)
+    return tuple(
+        Chunk(index=len(probed) + c.index, frames=c.frames) for c in plan_chunks(tail, chunk_size)
+    )
+
+
+def initial_plan(
+    frames: FrameRange, chunk_size: int, workers: int
+) -> tuple[tuple[Chunk, ...], dict[str, str]]:
+    """The chunks to create at submit and the ledger's plan fields for them.
+
+    A fixed size plans everything now. AUTO plans the probe wave and marks the plan pending; the
+    first probe chunk to finish rendering measures S and F and plans the rest (`rest_after`).
+    """
+    if chunk_size != AUTO:
+        return plan_chunks(frames, chunk_size), {
+            "chunk_size": str(chunk_size),
+            "chunk_plan": "--chunk-size " + str(chunk_size),
+        }
+    probe = probe_wave(frames, workers)
+    if sum(len(c.frames) for c in probe) >= frames.count:
+        return probe, {
+            "chunk_size": str(PROBE_FRAMES),
+            "chunk_plan": f"auto: {frames.count} frames fit in one chunk of at most "
+            f"{PROBE_FRAMES} per worker ({workers} workers)",
+        }
+    return probe, {
+        "chunk_size": "auto",
+        "plan_pending": "1",
+        "chunk_plan": f"auto: probing with {len(probe)} chunks of {PROBE_FRAMES} frames (one "
+        "per worker); the first to finish measures Blender start-up and frame time, then the "
+        "rest is sized",
+    }

@@ -1,0 +1,66 @@
+"""Auto chunk sizing: the measurement, the rule's bounds, the probe wave and the rest of the plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm import chunking
+from farm.chunking import Measurement, Pool, choose_chunk_size
+from farm.spec import FrameRange
+
+
+def test_saved_times_give_startup_and_frame_time() -> None:
+    m = chunking.measure_saved_times([4.1, 4.6, 5.1])
+    assert m.frame_s == pytest.approx(0.5)
+    assert m.startup_s == pytest.approx(3.6)
+
+
+def test_one_saved_frame_errs_toward_no_startup() -> None:
+    m = chunking.measure_saved_times([2.0])
+    assert (m.startup_s, m.frame_s) == (0.0, 2.0)
+
+
+def test_efficiency_floor_is_nine_startups_per_frame() -> None:
+    assert chunking.efficiency_floor(Measurement(startup_s=10, frame_s=5)) == 18
+    n = chunking.efficiency_floor(Measurement(startup_s=7, frame_s=3))
+    assert n * 3 / (7 + n * 3) >= 0.9 > (n - 1) * 3 / (7 + (n - 1) * 3)
+
+
+def test_no_worker_is_left_idle_even_below_the_floor() -> None:
+    choice = choose_chunk_size(frames=48, m=Measurement(startup_s=3.6, frame_s=0.5), pool=Pool(workers=2))
+    assert choice.chunk_size == 24
+    assert "so all 2 workers get work" in choice.reason
+
+
+def test_chunks_stay_under_the_target_runtime() -> None:
+    m = Measurement(startup_s=20, frame_s=30)
+    choice = choose_chunk_size(frames=100_000, m=m, pool=Pool(workers=10), target_chunk_s=900)
+    assert 20 + choice.chunk_size * 30 <= 900
+    assert choice.chunk_size >= chunking.efficiency_floor(m)
+
+
+def test_reclaims_never_make_chunks_longer() -> None:
+    m = Measurement(startup_s=20, frame_s=30)
+    sizes = [
+        choose_chunk_size(frames=98_000, m=m, pool=Pool(workers=1000, interruption_per_h=r)).chunk_size
+        for r in (0.0, 0.05, 0.2)
+    ]
+    assert sizes == sorted(sizes, reverse=True)
+
+
+def test_probe_wave_is_one_small_chunk_per_worker_and_the_rest_follows() -> None:
+    frames = FrameRange(first=1, last=23, step=2)
+    probe = chunking.probe_wave(frames, workers=2)
+    assert [c.frames for c in probe] == [(1, 3), (5, 7)]
+    rest = chunking.rest_after(frames, probe, chunk_size=3)
+    assert [(c.index, c.frames) for c in rest] == [(2, (9, 11, 13)), (3, (15, 17, 19)), (4, (21, 23))]
+
+
+def test_initial_plan_fixed_and_auto() -> None:
+    frames = FrameRange(first=1, last=40)
+    fixed, fields = chunking.initial_plan(frames, 8, workers=3)
+    assert len(fixed) == 5 and fields["chunk_size"] == "8" and "plan_pending" not in fields
+    probe, fields = chunking.initial_plan(frames, chunking.AUTO, workers=3)
+    assert len(probe) == 3 and fields["plan_pending"] == "1"
+    small, fields = chunking.initial_plan(FrameRange(first=1, last=5), chunking.AUTO, workers=3)
+    assert sum(len(c.frames) for c in small) == 5 and "plan_pending" not in fields

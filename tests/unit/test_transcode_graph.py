@@ -1,0 +1,149 @@
+from fractions import Fraction
+
+from workers.ffgraph import EncodeSettings
+from workers.transcode_graph import (
+    SegmentCut,
+    audio_codec_argv,
+    default_quality,
+    mux_argv,
+    seek_seconds,
+    segment_argv,
+    segment_filtergraph,
+)
+
+NTSC = Fraction(24000, 1001)
+GLOBAL = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
+
+
+def _cut(first: int, end: int, total: int = 96, seek_s: float = 0.0) -> SegmentCut:
+    return SegmentCut(first=first, end=end, total=total, rate=NTSC, start_pts=21, seek_s=seek_s)
+
+
+def test_a_middle_segment_keeps_grid_frames_first_to_end_then_scales_with_lanczos() -> None:
+    assert segment_filtergraph(_cut(24, 48), 3840, 2160, nvenc=False) == (
+        "setpts=PTS-21,fps=fps=24000/1001,trim=start_pts=24:end_pts=48,setpts=PTS-STARTPTS,"
+        "scale=w=3840:h=2160:flags=lanczos,format=yuv420p"
+    )
+
+
+def test_the_last_segment_pads_a_frame_short_grid_before_trimming() -> None:
+    assert "tpad=stop_mode=clone:stop=2,trim=start_pts=72:end_pts=96" in segment_filtergraph(
+        _cut(72, 96), 1280, 720, nvenc=False
+    )
+
+
+def test_nvenc_uploads_the_frames_and_scales_them_with_scale_cuda() -> None:
+    graph = segment_filtergraph(_cut(0, 24), 3840, 2160, nvenc=True)
+    assert graph.endswith(
+        "format=nv12,hwupload_cuda,scale_cuda=w=3840:h=2160:interp_algo=lanczos:format=yuv420p"
+    )
+
+
+def test_software_segment_over_a_presigned_url_seeks_to_a_keyframe_and_copies_timestamps() -> None:
+    settings = EncodeSettings(codec="hevc", encoder="libx265", fps=NTSC, quality=22, preset="fast")
+    argv = segment_argv(
+        ffmpeg_bin="ffmpeg",
+        source="http://s3/m.mov?X-Amz-Signature=x",
+        out="/w/00001.mp4",
+        cut=_cut(24, 48, seek_s=1.25125),
+        width=3840,
+        height=2160,
+        settings=settings,
+    )
+    assert argv == [
+        *GLOBAL,
+        "-reconnect", "1", "-reconnect_on_network_error", "1", "-reconnect_delay_max", "10",
+        "-noaccurate_seek", "-ss", "1.251250",
+        "-copyts", "-i", "http://s3/m.mov?X-Amz-Signature=x",
+        "-map", "0:v:0", "-an", "-sn", "-dn",
+        "-vf", segment_filtergraph(_cut(24, 48), 3840, 2160, nvenc=False),
+        "-frames:v", "24", "-fps_mode", "passthrough",
+        "-vcodec", "libx265", "-pix_fmt", "yuv420p", "-g", "24", "-movflags", "+faststart",
+        "-video_track_timescale", "24000", "-crf", "22", "-preset", "fast",
+        "-x265-params", "keyint=24:min-keyint=24:scenecut=0:open-gop=0:log-level=error",
+        "-tag:v", "hvc1",
+        "/w/00001.mp4",
+    ]  # fmt: skip
+
+
+def test_nvenc_segment_from_a_local_file_starts_without_a_seek() -> None:
+    settings = EncodeSettings(codec="h264", encoder="h264_nvenc", fps=NTSC, quality=21)
+    argv = segment_argv(
+        ffmpeg_bin="ffmpeg",
+        source="/cache/m.mov",
+        out="/w/00000.mp4",
+        cut=_cut(0, 24),
+        width=1920,
+        height=1080,
+        settings=settings,
+    )
+    assert argv == [
+        *GLOBAL,
+        "-init_hw_device", "cuda=gpu:0", "-filter_hw_device", "gpu",
+        "-copyts", "-i", "/cache/m.mov",
+        "-map", "0:v:0", "-an", "-sn", "-dn",
+        "-vf", segment_filtergraph(_cut(0, 24), 1920, 1080, nvenc=True),
+        "-frames:v", "24", "-fps_mode", "passthrough",
+        "-vcodec", "h264_nvenc", "-g", "24", "-movflags", "+faststart",
+        "-video_track_timescale", "24000", "-preset", "p5", "-rc", "vbr", "-cq", "21",
+        "-b:v", "0", "-forced-idr", "1",
+        "/w/00000.mp4",
+    ]  # fmt: skip
+
+
+def test_svtav1_segments_are_closed_gops_without_scene_cut_keyframes() -> None:
+    settings = EncodeSettings(codec="av1", encoder="libsvtav1", fps=NTSC, quality=30)
+    argv = segment_argv(
+        ffmpeg_bin="ffmpeg", source="/m.mov", out="/s.mp4", cut=_cut(0, 24),
+        width=1920, height=1080, settings=settings,
+    )  # fmt: skip
+    assert argv[argv.index("-svtav1-params") + 1] == "keyint=24:scd=0:irefresh-type=2"
+    assert argv[argv.index("-preset") + 1] == "6"
+
+
+def test_seek_seconds_round_down_to_the_microsecond() -> None:
+    assert seek_seconds(30030, 0, Fraction(1, 24000)) == 1.25125
+    assert seek_seconds(300000 + 1001, 300000, Fraction(1, 30000)) == 0.033366
+    assert seek_seconds(5, 10, Fraction(1, 1000)) == 0.0
+
+
+def test_quality_defaults_follow_the_encoder() -> None:
+    assert default_quality("libx264") == 20
+    assert default_quality("hevc_nvenc") == 23
+
+
+def test_audio_mp4_can_hold_is_copied_and_the_rest_encoded_once_to_aac() -> None:
+    assert audio_codec_argv([("aac", 2), ("vorbis", 2), ("pcm_s24le", 6)]) == [
+        "-c:a:0", "copy",
+        "-c:a:1", "aac", "-b:a:1", "192k",
+        "-c:a:2", "aac", "-b:a:2", "576k",
+    ]  # fmt: skip
+
+
+def test_the_mux_joins_segments_by_copy_and_keeps_the_audio_in_place() -> None:
+    argv = mux_argv(
+        ffmpeg_bin="ffmpeg",
+        list_file="/w/segments.txt",
+        master="/cache/m.mov",
+        out="/w/output.mp4",
+        audio=[("aac", 2)],
+        offset_s=-0.024,
+    )
+    assert argv == [
+        *GLOBAL,
+        "-f", "concat", "-safe", "0", "-i", "/w/segments.txt",
+        "-itsoffset", "-0.024000", "-i", "/cache/m.mov",
+        "-map", "0:v:0", "-map", "1:a:0",
+        "-c:v", "copy", "-c:a:0", "copy",
+        "-movflags", "+faststart", "/w/output.mp4",
+    ]  # fmt: skip
+
+
+def test_a_silent_master_is_not_opened_at_the_mux() -> None:
+    argv = mux_argv(
+        ffmpeg_bin="ffmpeg", list_file="/l.txt", master="", out="/o.mp4", audio=[], offset_s=0.0
+    )
+    assert argv == [
+        *GLOBAL, "-f", "concat", "-safe", "0", "-i", "/l.txt", "-map", "0:v:0", "-c:v", "copy",
+        "-movflags", "+faststart", "/o.mp4",
+    ]  # fmt: skip

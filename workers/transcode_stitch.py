@@ -1,0 +1,181 @@
+"""The stitch of an encode job: check every segment with ffprobe, join them by stream copy with the
+master's audio carried over once, then prove the result matches the master frame for frame.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from farm import keys
+from farm.errors import PermanentError
+from farm.master import MasterInfo
+from farm.proc import capture, run
+from farm.spec import JobSpec
+from farm.state import JobState
+from workers.context import WorkerContext
+from workers.ffgraph import concat_list
+from workers.stitch import verified_segments
+from workers.transcode import master_source
+from workers.transcode_graph import mux_argv
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Streams:
+    """What ffprobe says about a segment or the output: its video stream and audio durations."""
+
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str
+    rate: str
+    time_base: str
+    frames: int
+    duration_s: float
+    audio_s: tuple[float, ...]
+
+
+def parse_streams(text: str) -> Streams:
+    data = json.loads(text)
+    streams = data.get("streams") or []
+    video = next((s for s in streams if s.get("codec_type") == "video"), None)
+    if video is None:
+        raise PermanentError("no video stream in the joined file")
+    fmt_s = float((data.get("format") or {}).get("duration") or 0)
+    return Streams(
+        codec=str(video.get("codec_name", "")),
+        width=int(video.get("width") or 0),
+        height=int(video.get("height") or 0),
+        pix_fmt=str(video.get("pix_fmt", "")),
+        rate=str(video.get("r_frame_rate", "")),
+        time_base=str(video.get("time_base", "")),
+        frames=int(video.get("nb_read_packets") or 0),
+        duration_s=float(video.get("duration") or fmt_s),
+        audio_s=tuple(
+            float(s.get("duration") or fmt_s) for s in streams if s.get("codec_type") == "audio"
+        ),
+    )
+
+
+def probe_streams(ffprobe: str, path: Path) -> Streams:
+    argv = [ffprobe, "-v", "error", "-count_packets", "-show_streams", "-show_format"]
+    result = capture([*argv, "-of", "json", str(path)], 600)
+    if result.returncode != 0:
+        raise PermanentError(f"ffprobe cannot read {path.name}: {result.stderr.strip()[-300:]}")
+    return parse_streams(result.stdout)
+
+
+def check_segments(found: list[Streams], spec: JobSpec, encoders: list[dict[str, Any]]) -> None:
+    """Stream copy joins only segments alike in every parameter the decoder sets up once."""
+    if any(e != encoders[0] for e in encoders):
+        names = sorted({f"{e['name']} q{e['quality']} {e['preset']}" for e in encoders})
+        raise PermanentError(
+            f"segments were made with different encoders or settings ({', '.join(names)}); "
+            "they cannot be joined by stream copy. Retry the job with --encoder set to one of them"
+        )
+    want = (str(spec.codec), spec.resolution.width, spec.resolution.height)
+    first = found[0]
+    for n, seg in enumerate(found):
+        params = (seg.codec, seg.width, seg.height, seg.pix_fmt, seg.rate, seg.time_base)
+        if (seg.codec, seg.width, seg.height) != want or params != (
+            first.codec, first.width, first.height, first.pix_fmt, first.rate, first.time_base
+        ):  # fmt: skip
+            raise PermanentError(
+                f"segment {n} is {seg.codec} {seg.width}x{seg.height} {seg.pix_fmt} {seg.rate} fps "
+                f"tb {seg.time_base}; segment 0 is {first.codec} {first.width}x{first.height} "
+                f"{first.pix_fmt} {first.rate} tb {first.time_base}; asked for {want[0]} "
+                f"{want[1]}x{want[2]}"
+            )
+
+
+def check_output(out: Streams, spec: JobSpec, master: MasterInfo) -> None:
+    """Frame count exact, durations within one frame of the master's, size and codec as asked."""
+    frame_s = float(1 / master.rate)
+    problems = []
+    if out.frames != master.frame_count:
+        problems.append(f"{out.frames} frames, the master has {master.frame_count}")
+    if abs(out.duration_s - master.duration_s) > frame_s:
+        problems.append(f"video lasts {out.duration_s:.3f} s, the master {master.duration_s:.3f} s")
+    if (out.codec, out.width, out.height) != (
+        str(spec.codec), spec.resolution.width, spec.resolution.height
+    ):  # fmt: skip
+        problems.append(
+            f"{out.codec} {out.width}x{out.height}, asked for {spec.codec} {spec.resolution}"
+        )
+    if len(out.audio_s) != len(master.audio):
+        problems.append(f"{len(out.audio_s)} audio streams, the master has {len(master.audio)}")
+    for n, (got, src) in enumerate(zip(out.audio_s, master.audio, strict=False)):
+        if src.duration_s is not None and abs(got - src.duration_s) > frame_s:
+            problems.append(f"audio {n} lasts {got:.3f} s, the master's {src.duration_s:.3f} s")
+    if problems:
+        raise PermanentError("the joined video does not match the master: " + "; ".join(problems))
+
+
+def stitch_master(
+    ctx: WorkerContext, job_id: str, job: dict[str, str], spec: JobSpec
+) -> dict[str, object]:
+    """The encode-job branch of stitch_job: same ledger moves, plus audio and master checks."""
+    assert spec.master is not None, "encode jobs carry their master's probe"
+    master = spec.master
+    started = time.monotonic()
+    work = ctx.job_dir(job_id) / "stitch"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    total = int(job["chunks_total"])
+    try:
+        segments = verified_segments(ctx, job_id, total, work)
+        encoders = [
+            ctx.store.get_json(keys.manifest_key(job_id, i))["encoder"] for i in range(total)
+        ]
+        for encoder in encoders:
+            encoder.pop("argv", None)
+        check_segments(
+            [probe_streams(ctx.settings.ffprobe, p) for p, _ in segments], spec, encoders
+        )
+        list_file = work / "segments.txt"
+        list_file.write_text(concat_list(segments))
+        out = work / "output.mp4"
+        source = master_source(ctx, job["scene_key"])[0] if master.audio else ""
+        joined = time.monotonic()
+        result = run(
+            mux_argv(
+                ffmpeg_bin=ctx.settings.ffmpeg,
+                list_file=str(list_file),
+                master=source,
+                out=str(out),
+                audio=[(a.codec, a.channels) for a in master.audio],
+                offset_s=min(0.0, master.format_start_s - master.start_s),
+            )
+        )
+        join_s = time.monotonic() - joined
+        if not result.ok:
+            tail = "\n".join(result.tail[-15:])
+            raise PermanentError(
+                "ffmpeg could not join the segments:\n"
+                + tail.replace(source or "\0", "<master URL>")
+            )
+        check_output(probe_streams(ctx.settings.ffprobe, out), spec, master)
+        output_key = keys.output_key(job_id)
+        ctx.store.put_file(output_key, out)
+        size_bytes = out.stat().st_size
+    except PermanentError as exc:
+        ctx.ledger.move_job(
+            job_id, JobState.FAILED, error=f"stitch failed: {exc}", finished=time.time()
+        )
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ctx.ledger.move_job(
+        job_id,
+        JobState.DONE,
+        output=output_key,
+        output_size=size_bytes,
+        stitch_s=round(time.monotonic() - started, 3),
+        join_s=round(join_s, 3),
+        finished=time.time(),
+    )
+    return {"job_id": job_id, "output": output_key, "frames": master.frame_count}
