@@ -352,7 +352,7 @@ def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
     rec = Reconciler(
         Ledger.from_url(settings.redis_url),
         Dispatcher(make_app(settings)),
-        max_attempts=settings.max_attempts,
+        max_lost_leases=settings.max_lost_leases,
     )
     if once:
         click.echo(str(rec.run_once()))

@@ -231,7 +231,7 @@ class Ledger:
             fields["lease_expires"] = expiry
         sources = ",".join(
             sources_of(target)
-            | ({ChunkState.RENDERING, ChunkState.ENCODING} if mode == "fail" else set())
+            | ({ChunkState.RENDERING, ChunkState.ENCODING} if mode in ("fail", "expire") else set())
         )
         with _wrapped(f"move chunk {index} of {job_id} to {target}"):
             result = self._move(

@@ -28,14 +28,19 @@ if mode == 'claim' then
   redis.call('HSET', KEYS[1], 'token', token)
   if jstate == 'queued' then redis.call('HSET', KEYS[2], 'state', 'running', 'started', ARGV[9]) end
   if not redis.call('HGET', KEYS[1], 'started') then redis.call('HSET', KEYS[1], 'started', ARGV[9]) end
-elseif mode == 'fail' then
-  local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+elseif mode == 'fail' or mode == 'expire' then
+  -- A failure spends the chunk's budget; a lost lease (a worker that vanished) spends a
+  -- separate, larger one, so reclaimed spot instances do not fail jobs but a chunk that kills
+  -- every worker it lands on still ends.
+  local counter = (mode == 'fail') and 'failures' or 'lost_leases'
+  local failures = redis.call('HINCRBY', KEYS[1], counter, 1)
   if failures >= tonumber(ARGV[10]) then
     target = 'failed'
     if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
       local fields = cjson.decode(ARGV[6])
+      local what = (mode == 'fail') and ' failed ' or ' lost its worker '
       redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9],
-        'error', 'chunk ' .. redis.call('HGET', KEYS[1], 'index') .. ' failed ' ..
+        'error', 'chunk ' .. redis.call('HGET', KEYS[1], 'index') .. what ..
         tostring(failures) .. ' times: ' .. (fields['error'] or 'unknown error'))
     end
   end

@@ -214,6 +214,7 @@ def up(
         flower_password=keys["flower_password"],
         data_dir=str(data),
         scratch_dir=str(data / "scratch"),
+        imds_url="",  # no instance metadata service off EC2: no spot watcher to run
     )
     save_settings(settings, config_path)
     env = {**os.environ, "FARM_CONFIG": str(config_path)}

@@ -28,10 +28,10 @@ class Pass:
 
 
 class Reconciler:
-    def __init__(self, ledger: Ledger, dispatch: Dispatcher, *, max_attempts: int) -> None:
+    def __init__(self, ledger: Ledger, dispatch: Dispatcher, *, max_lost_leases: int) -> None:
         self.ledger = ledger
         self.dispatch = dispatch
-        self.max_attempts = max_attempts
+        self.max_lost_leases = max_lost_leases
 
     def expire_leases(self, result: Pass, now: float | None = None) -> None:
         for job_id, index in self.ledger.expired_leases(now):
@@ -53,8 +53,8 @@ class Reconciler:
                 index,
                 back_to,
                 token=chunk.get("token", ""),
-                mode="fail",
-                max_failures=self.max_attempts,
+                mode="expire",
+                max_failures=self.max_lost_leases,
                 error=f"lease expired: worker {chunk.get('worker', '?')} stopped answering "
                 f"during {state}",
             )

@@ -36,6 +36,8 @@ class Settings:
     reconcile_interval_s: float = 5.0
     max_attempts: int = 3
     """Failures a chunk may spend before the job fails; interruptions do not count."""
+    max_lost_leases: int = 6
+    """Times a chunk's worker may vanish mid-chunk (lease expired) before the job fails."""
     spot_interruption_per_h: float = 0.05
     """Expected spot reclaims per instance-hour (0.05: 5%/h); `--chunk-size auto` sizes for it."""
     render_memory_limit_mb: int = 0

@@ -79,6 +79,8 @@ def start_farm(base: Path, workers: int = 2, extra_env: dict[str, str] | None = 
         "FARM_CONFIG": str(config),
         "FARM_LEASE_S": "6",
         "FARM_RECONCILE_INTERVAL_S": "1",
+        # Keep a runaway test scene from eating the machine (see tests/e2e/test_failures.py).
+        "FARM_RENDER_MEMORY_LIMIT_MB": "4096",
         **(extra_env or {}),
     }
     farm = LocalFarm(data=base / "data", config=config, env=env)

@@ -77,6 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     app = make_app(settings)
     ctx = build_context(settings, app, args.name, args.threads, caps)
     register(app, lambda: ctx)
+    if os.environ.get("FARM_BENCH_TASKS") == "1":
+        # Benchmark-only tasks (bench/tasks.py): registered only when `python -m bench` asks.
+        from bench.tasks import register as register_bench
+
+        register_bench(app, lambda: ctx)
 
     def on_interruption(notice: Interruption) -> None:
         ctx.drain.start(f"spot {notice.action} notice", deadline=notice.deadline)
@@ -92,7 +97,8 @@ def main(argv: list[str] | None = None) -> None:
 
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _ready(**_: Any) -> None:
-        watcher.start()
+        if settings.imds_url:
+            watcher.start()
 
     _start_heartbeat(ctx, queues)
     log.info("worker %s serving %s (Cycles: %s, NVENC: %s)", args.name, ",".join(queues),
