@@ -54,7 +54,7 @@ class LocalFarm:
     def ledger(self) -> Any:
         from farm.ledger import Ledger
 
-        return Ledger.from_url(self.settings()["redis_url"])
+        return Ledger.from_url(self.settings()["redis_url"], ride_out_s=30)
 
     def logs(self) -> str:
         out = []

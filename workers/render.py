@@ -125,9 +125,13 @@ def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
     todo = frames_to_render(ctx, job_id, frames)
     uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
     saved_s: list[float] = []
+    timing: dict[str, float] = {}
     if todo:
-        saved_s = _run_blender(ctx, job_id, index, claim.token, spec, scene, todo, uploader)
+        progress = _run_blender(ctx, job_id, index, claim.token, spec, scene, todo, uploader)
+        saved_s, timing = progress.saved_s, progress.timing()
     elapsed = time.monotonic() - started
+    if timing:
+        ctx.ledger.set_chunk_fields(job_id, index, **timing)
     if job.get("plan_pending") == "1":
         autochunk.plan_rest(ctx, job_id, spec, saved_s, index)
     move = ctx.ledger.move_chunk(
@@ -157,27 +161,53 @@ class _Progress:
     """What Blender's log has told us so far: the frame it is on and how long frames take."""
 
     frame: int | None = None
+    saved: set[int] = field(default_factory=set)
     frame_times_s: list[float] = field(default_factory=list)
     launched: float = field(default_factory=time.monotonic)
     saved_s: list[float] = field(default_factory=list)
     """Seconds from launch to each `Saved:` line: what auto chunk sizing measures."""
+    read_s: float | None = None
+    """Launch to `Read blend:` (Blender's own start-up)."""
+    first_frame_s: float | None = None
+    """Launch to the first `Fra:` line (start-up, scene load and the setup script)."""
 
     def on_line(self, line: str, uploader: FrameUploader) -> None:
         saved = blender.saved_frame(line)
         if saved:
             self.saved_s.append(time.monotonic() - self.launched)
+            self.saved.add(saved[0])
             uploader.add(*saved)
             return
+        if self.read_s is None and line.startswith("Read blend:"):
+            self.read_s = time.monotonic() - self.launched
         progress = blender.frame_progress(line)
         if progress:
+            if self.first_frame_s is None:
+                self.first_frame_s = time.monotonic() - self.launched
             self.frame = progress[0]
             return
         took = blender.frame_time_s(line)
         if took is not None:
             self.frame_times_s.append(took)
 
+    def failed_frame(self, todo: list[int]) -> int | None:
+        """Blender renders the list in order: the first unsaved frame is where it stopped."""
+        return next((f for f in todo if f not in self.saved), self.frame)
+
     def frame_time_s(self) -> float:
         return sum(self.frame_times_s) / len(self.frame_times_s) if self.frame_times_s else 0.0
+
+    def timing(self) -> dict[str, float]:
+        """Ledger fields for the benchmarks and `farm status`: where Blender's time went."""
+        fields: dict[str, float] = {}
+        if self.saved_s:
+            m = autochunk.measure(self.saved_s)
+            fields.update(blender_startup_s=round(m.startup_s, 3), frame_s=round(m.frame_s, 3))
+        if self.read_s is not None:
+            fields["blender_launch_s"] = round(self.read_s, 3)
+        if self.read_s is not None and self.first_frame_s is not None:
+            fields["scene_load_s"] = round(self.first_frame_s - self.read_s, 3)
+        return fields
 
 
 def _run_blender(
@@ -189,7 +219,7 @@ def _run_blender(
     scene: Path,
     todo: list[int],
     uploader: FrameUploader,
-) -> list[float]:
+) -> _Progress:
     """Render `todo` while holding the lease; raise what the outcome means for the chunk.
     Returns the seconds from Blender's launch to each frame's `Saved:` line."""
     out_dir = ctx.job_dir(job_id) / "frames"
@@ -262,7 +292,8 @@ def _run_blender(
             if result.returncode < 0
             else f"exited with code {result.returncode}"
         )
-        where = f" on frame {progress.frame}" if progress.frame is not None else ""
+        frame = progress.failed_frame(todo)
+        where = f" on frame {frame}" if frame is not None else ""
         tail = "\n".join(result.tail[-25:])
         raise PermanentError(f"Blender {how}{where}:\n{tail}")
     if uploader.errors:
@@ -270,7 +301,7 @@ def _run_blender(
     missing = sorted(set(todo) - set(uploader.done))
     if missing:
         raise PermanentError(f"Blender reported success but frames {missing} were not saved")
-    return progress.saved_s
+    return progress
 
 
 def _attempt(token: str) -> int:

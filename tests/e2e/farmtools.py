@@ -52,13 +52,17 @@ def status(farm: LocalFarm, job_id: str) -> dict[str, Any]:
     return job_summary(ledger.job(job_id), ledger.chunks(job_id))
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float, farm: LocalFarm | None = None) -> None:
+def wait_for(
+    what: str, check: Callable[[], bool], timeout_s: float, farm: LocalFarm | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
             return
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{farm.logs() if farm else ''}")
+    raise AssertionError(
+        f"timed out after {timeout_s} s waiting for {what}\n{farm.logs() if farm else ''}"
+    )
 
 
 def wait_final(farm: LocalFarm, job_id: str, timeout_s: float) -> dict[str, Any]:
@@ -91,6 +95,6 @@ def processes_mentioning(text: str) -> list[str]:
             state = (entry / "stat").read_text().split(") ", 1)[1][0]
         except OSError:
             continue
-        if text in cmdline and state != "Z" and "pytest" not in cmdline:
+        if text in cmdline and state != "Z" and int(entry.name) != os.getpid():
             found.append(cmdline.strip())
     return found
