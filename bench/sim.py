@@ -12,62 +12,13 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from bench.simspec import Fleet, Outcome, Workload
 from farm import chunking
 from farm.plan import Chunk, plan_chunks
-from farm.settings import Settings
 from farm.spec import FrameRange
 from workers.tasks import backoff_s
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Workload:
-    frames: int
-    startup_s: float
-    """Blender start-up and scene load, paid by every render attempt."""
-    frame_s: float
-    frame_cv: float = 0.25
-    encode_startup_s: float = 1.0
-    encode_frame_s: float = 0.05
-    stitch_s: float = 30.0
-    task_latency_s: float = 0.05
-    """Queue and ledger time per task."""
-    crash_p: float = 0.0
-    """Chance a render attempt crashes (a PermanentError: spends a failure, backoff, retry)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fleet:
-    gpus: int
-    interruption_per_h: float = 0.0
-    boot_s: float = 120.0
-    lease_s: float = Settings().lease_s
-    reconcile_s: float = Settings().reconcile_interval_s
-    max_attempts: int = Settings().max_attempts
-    spot_price_h: float = 0.45
-    """g5.xlarge (A10G) spot, us-east-1, a typical 2026 price; an assumption, not a quote."""
-    on_demand_price_h: float = 1.006
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    policy: str
-    chunk_size: int
-    chunks: int
-    makespan_s: float
-    ideal_s: float
-    gpu_hours: float
-    lost_h: float
-    """Rendering thrown away: frames in flight at a reclaim or a crash, encodes cut short."""
-    startup_h: float
-    """Blender start-ups plus instance boots."""
-    interruptions: int
-    failed: str = ""
-    fails_as_built: bool = False
-    """Whether a chunk met max_attempts reclaims + crashes (a lease expiry spends a failure)."""
-
-    @property
-    def ratio(self) -> float:
-        return self.makespan_s / self.ideal_s
+__all__ = ["Fleet", "Outcome", "Workload", "simulate"]
 
 
 @dataclass(slots=True)
@@ -91,7 +42,9 @@ class _Instance:
 
 
 class Sim:
-    def __init__(self, work: Workload, fleet: Fleet, chunk_size: int, seed: int = 1) -> None:
+    def __init__(
+        self, work: Workload, fleet: Fleet, chunk_size: int, seed: int = 1, remembered: bool = False
+    ) -> None:
         self.w, self.f, self.seed = work, fleet, seed
         self.auto = chunk_size == chunking.AUTO
         self.frames = FrameRange(first=1, last=work.frames)
@@ -117,7 +70,14 @@ class Sim:
         self.finished = math.inf
         self.lost_s = self.startup_s = 0.0
         self.reclaims = 0
-        if self.auto:
+        self.remembered = self.auto and remembered
+        if self.remembered:
+            # An earlier job of the scene measured it: sized at submit, as farm.jobs does.
+            m = chunking.Measurement(startup_s=work.startup_s, frame_s=work.frame_s)
+            chunks, plan = chunking.initial_plan(self.frames, chunk_size, self._pool(), m)
+            self.chunks = {c.index: c for c in chunks}
+            self.chosen, self.planning = int(plan["chunk_size"]), False
+        elif self.auto:
             self.chunks = {c.index: c for c in chunking.probe_wave(self.frames, fleet.gpus)}
             self.probe = tuple(self.chunks.values())
             self.planning = sum(len(c.frames) for c in self.probe) < work.frames
@@ -151,7 +111,7 @@ class Sim:
         gpu_s = sum(min(i.ended, end) - i.launched for i in self.inst if i.launched < end)
         ideal = self.w.frames * self.w.frame_s / self.f.gpus
         return Outcome(
-            policy="auto" if self.auto else str(self.chosen),
+            policy=("auto*" if self.remembered else "auto") if self.auto else str(self.chosen),
             chunk_size=self.chosen,
             chunks=len(self.chunks),
             makespan_s=end,
@@ -251,18 +211,21 @@ class Sim:
     def _plan(self, task: _Task) -> None:
         begun = task.started + self.w.task_latency_s
         m = chunking.measure_saved_times([t - begun for _, t in task.saves], "probe chunk")
-        pool = chunking.Pool(
-            workers=sum(1 for i in self.inst if i.alive),
-            interruption_per_h=self.f.interruption_per_h,
-            detect_s=self.f.lease_s + self.f.reconcile_s,
-            boot_s=self.f.boot_s,
-        )
+        pool = self._pool(workers=sum(1 for i in self.inst if i.alive))
         left = self.w.frames - sum(len(c.frames) for c in self.probe)
         choice = chunking.choose_chunk_size(frames=left, m=m, pool=pool)
         rest = chunking.rest_after(self.frames, self.probe, choice.chunk_size)
         self.chunks.update({c.index: c for c in rest})
         self.render_q.extend(c.index for c in rest)
         self.chosen, self.planning = choice.chunk_size, False
+
+    def _pool(self, workers: int = 0) -> chunking.Pool:
+        return chunking.Pool(
+            workers=workers or self.f.gpus,
+            interruption_per_h=self.f.interruption_per_h,
+            detect_s=self.f.lease_s + self.f.reconcile_s,
+            boot_s=self.f.boot_s,
+        )
 
     # ── scheduling ────────────────────────────────────────────────────────────────────────
     def _wake(self) -> None:
@@ -313,6 +276,9 @@ class Sim:
         self._at(self.now + duration_s, "done", who, task)
 
 
-def simulate(work: Workload, fleet: Fleet, chunk_size: int, seed: int = 1) -> Outcome:
-    """One run; chunk_size farm.chunking.AUTO probes first and sizes the rest as the farm does."""
-    return Sim(work, fleet, chunk_size, seed).run()
+def simulate(
+    work: Workload, fleet: Fleet, chunk_size: int, seed: int = 1, remembered: bool = False
+) -> Outcome:
+    """One run. chunk_size farm.chunking.AUTO probes first and sizes the rest as the farm does;
+    with `remembered`, an earlier job's measurement sizes the whole job at submit (policy auto*)."""
+    return Sim(work, fleet, chunk_size, seed, remembered).run()

@@ -171,17 +171,25 @@ def rest_after(frames: FrameRange, probed: tuple[Chunk, ...], chunk_size: int) -
 
 
 def initial_plan(
-    frames: FrameRange, chunk_size: int, workers: int
+    frames: FrameRange, chunk_size: int, pool: Pool, measured: Measurement | None = None
 ) -> tuple[tuple[Chunk, ...], dict[str, str]]:
     """The chunks to create at submit and the ledger's plan fields for them.
 
-    A fixed size plans everything now. AUTO plans the probe wave and marks the plan pending; the
-    first probe chunk to finish rendering measures S and F and plans the rest (`rest_after`).
+    A fixed size plans everything now. AUTO with an earlier job's measurement of the same scene
+    and settings sizes everything now too; without one it plans the probe wave and marks the plan
+    pending: the first probe chunk to finish rendering measures S and F and plans the rest.
     """
+    workers = max(pool.workers, 1)
+    if chunk_size == AUTO and measured is not None:
+        choice = choose_chunk_size(frames=frames.count, m=measured, pool=pool)
+        return plan_chunks(frames, choice.chunk_size), {
+            "chunk_size": str(choice.chunk_size),
+            "chunk_plan": "auto: " + choice.reason,
+        }
     if chunk_size != AUTO:
         return plan_chunks(frames, chunk_size), {
             "chunk_size": str(chunk_size),
-            "chunk_plan": "--chunk-size " + str(chunk_size),
+            "chunk_plan": f"fixed: {chunk_size} frames per chunk, as asked",
         }
     probe = probe_wave(frames, workers)
     if sum(len(c.frames) for c in probe) >= frames.count:

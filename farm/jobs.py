@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm import keys
-from farm.chunking import initial_plan
+from farm.chunking import Pool, initial_plan
 from farm.dispatch import Dispatcher, make_app
 from farm.errors import FarmError
 from farm.ledger import Ledger
@@ -47,7 +47,15 @@ def submit(settings: Settings, spec: JobSpec, source: Path) -> Submitted:
     )
     job_id = new_job_id()
     render_workers = sum(1 for w in ledger.workers().values() if "render" in w.get("queues", []))
-    chunks, plan = initial_plan(spec.frames, spec.chunk_size, max(render_workers, 1))
+    pool = Pool(
+        workers=max(render_workers, 1),
+        interruption_per_h=settings.spot_interruption_per_h,
+        detect_s=settings.recovery_bound_s,
+    )
+    measured = ledger.measurement(
+        keys.r_measurement(scene_key, str(spec.resolution), spec.samples)
+    )
+    chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
     store.put_json(
         keys.spec_key(job_id),
         {

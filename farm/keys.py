@@ -90,6 +90,11 @@ def r_workers() -> str:
     return f"{REDIS_PREFIX}:workers"
 
 
+def r_measurement(scene_key: str, resolution: str, samples: int) -> str:
+    """Hash: Blender start-up and frame time measured for this scene at this size and samples."""
+    return f"{REDIS_PREFIX}:measure:{scene_key}:{resolution}:{samples}"
+
+
 def lease_member(job_id: str, chunk: int) -> str:
     return f"{job_id}:{chunk}"
 

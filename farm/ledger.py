@@ -20,6 +20,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from farm import keys
+from farm.chunking import Measurement
 from farm.errors import LedgerError, UnreachableError
 from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, START_STITCH
 from farm.plan import Chunk
@@ -223,15 +224,26 @@ class Ledger:
         lease_s: float | None = None,
         mode: str = "",
         max_failures: int = 0,
+        only_from: frozenset[ChunkState] | None = None,
         **fields: Any,
     ) -> Move:
+        """Move a chunk if the table allows it from where it is (narrowed by `only_from`), the
+        token matches (when given) and, for a claim, the job still runs."""
         now = time.time()
         expiry = "" if lease_s is None else str(now + lease_s)
         if lease_s is not None:
             fields["lease_expires"] = expiry
-        sources = ",".join(
-            sources_of(target)
-            | ({ChunkState.RENDERING, ChunkState.ENCODING} if mode in ("fail", "expire") else set())
+        sources = (
+            ",".join(
+                sources_of(target)
+                | (
+                    {ChunkState.RENDERING, ChunkState.ENCODING}
+                    if mode in ("fail", "expire")
+                    else set()
+                )
+            )
+            if only_from is None
+            else ",".join(only_from)
         )
         with _wrapped(f"move chunk {index} of {job_id} to {target}"):
             result = self._move(
@@ -317,7 +329,9 @@ class Ledger:
         Returns the chunks that now wait for work (queued or interrupted)."""
         move = self.move_job(job_id, JobState.RUNNING, error="", finished="")
         if not move.moved:
-            raise LedgerError(f"job {job_id} is {move.previous}; only failed or cancelled jobs retry")
+            raise LedgerError(
+                f"job {job_id} is {move.previous}; only failed or cancelled jobs retry"
+            )
         reopen = {ChunkState.FAILED}
         if every_unfinished:
             reopen |= {ChunkState.CANCELLED, ChunkState.INTERRUPTED}
@@ -326,11 +340,31 @@ class Ledger:
             index, state = int(chunk["index"]), chunk.get("state", "")
             if state in reopen:
                 self.move_chunk(job_id, index, ChunkState.QUEUED, failures=0, error="")
-            if self.chunk(job_id, index).get("state") in (ChunkState.QUEUED, ChunkState.INTERRUPTED):
+            if self.chunk(job_id, index).get("state") in (
+                ChunkState.QUEUED,
+                ChunkState.INTERRUPTED,
+            ):
                 waiting.append(index)
         with _wrapped("reset the blocklist"):
             self.r.delete(keys.r_blocklist(job_id))
         return waiting
+
+    def save_measurement(self, key: str, m: Measurement) -> None:
+        """What a probe measured, for the next auto-sized job of the same scene and settings."""
+        with _wrapped("record a measurement"):
+            self.r.hset(
+                key,
+                mapping={"startup_s": m.startup_s, "frame_s": m.frame_s, "source": m.source},
+            )
+
+    def measurement(self, key: str) -> Measurement | None:
+        with _wrapped("read a measurement"):
+            raw: dict[str, str] = self.r.hgetall(key)
+        if not raw:
+            return None
+        return Measurement(
+            startup_s=float(raw["startup_s"]), frame_s=float(raw["frame_s"]), source=raw["source"]
+        )
 
     def frame_records(self, job_id: str) -> dict[int, tuple[int, str]]:
         with _wrapped("read frame records"):

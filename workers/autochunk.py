@@ -1,14 +1,15 @@
 """Sizing the rest of an auto-chunked job once one of its probe chunks has rendered.
 
 The probe's Blender run gives S (start-up and scene load) and F (per frame) from the times of its
-`Saved:` lines; farm.chunking picks the size; the ledger adds the chunks once, atomically.
+`Saved:` lines, kept for the next job of the same scene; farm.chunking picks the size; the ledger
+adds the chunks once, atomically.
 """
 
 from __future__ import annotations
 
 import logging
 
-from farm import chunking
+from farm import chunking, keys
 from farm.spec import JobSpec
 from workers.context import WorkerContext
 
@@ -16,6 +17,11 @@ log = logging.getLogger(__name__)
 
 FALLBACK = chunking.Measurement(startup_s=10.0, frame_s=10.0, source="no frames timed; defaults")
 """Used when the probe chunk reused every frame (an earlier attempt rendered them)."""
+
+
+def measure(saved_s: list[float], source: str = "") -> chunking.Measurement:
+    """S and F of one Blender run from its `Saved:` times (see farm.chunking)."""
+    return chunking.measure_saved_times(saved_s, source)
 
 
 def plan_rest(
@@ -26,7 +32,9 @@ def plan_rest(
     if job.get("plan_pending") != "1":
         return False
     if saved_s:
-        m = chunking.measure_saved_times(saved_s, f"probe chunk {index} on {ctx.name}")
+        m = chunking.measure_saved_times(saved_s, f"probe chunk {index} of {job_id}")
+        key = keys.r_measurement(job["scene_key"], str(spec.resolution), spec.samples)
+        ctx.ledger.save_measurement(key, m)
     else:
         m = FALLBACK
     live = [w for w in ctx.ledger.workers().values() if "render" in w.get("queues", [])]
@@ -48,7 +56,7 @@ def plan_rest(
     )
     if won:
         # Sent by the one caller that planned. A worker lost between the plan and these sends
-        # leaves queued chunks without messages: a known gap, see bench/README.md.
+        # leaves queued chunks without messages: a known gap (bench/README.md).
         for chunk in rest:
             ctx.dispatch.render(job_id, chunk.index)
         log.info("job %s: %d more chunks of %d frames", job_id, len(rest), choice.chunk_size)

@@ -65,6 +65,7 @@ def encode_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
         index,
         ChunkState.ENCODING,
         mode="claim",
+        only_from=frozenset({ChunkState.RENDERED}),  # never a render job's unrendered chunk
         lease_s=ctx.settings.lease_s,
         worker=ctx.name,
         phase="encode",

@@ -108,6 +108,7 @@ def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
         index,
         ChunkState.RENDERING,
         mode="claim",
+        only_from=frozenset({ChunkState.QUEUED, ChunkState.INTERRUPTED}),
         lease_s=ctx.settings.lease_s,
         worker=ctx.name,
         phase="render",

@@ -58,14 +58,18 @@ def pick_encoder(spec: JobSpec, nvenc: bool, nvenc_error: str) -> str:
     return choose_encoder(codec, nvenc and spec.encoder is not EncoderChoice.SOFTWARE)
 
 
-def segment_cut(master: MasterInfo, frames: list[int], index: int) -> SegmentCut:
+def segment_cut(master: MasterInfo, frames: list[int], segment_frames: int) -> SegmentCut:
+    """The seek point recorded at submit for the segment starting at frames[0]; a chunk planned
+    any other way decodes from the start, slower but as exact."""
+    n, offset = divmod(frames[0], segment_frames)
+    seek = master.seek_pts[n] if not offset and n < len(master.seek_pts) else master.start_pts
     return SegmentCut(
         first=frames[0],
         end=frames[-1] + 1,
         total=master.frame_count,
         rate=master.rate,
         start_pts=master.start_pts,
-        seek_s=seek_seconds(master.seek_pts[index], master.start_pts, master.tb),
+        seek_s=seek_seconds(seek, master.start_pts, master.tb),
     )
 
 
@@ -84,6 +88,7 @@ def transcode_segment(ctx: WorkerContext, job_id: str, index: int) -> dict[str, 
         index,
         ChunkState.ENCODING,
         mode="claim",
+        only_from=frozenset({ChunkState.QUEUED, ChunkState.INTERRUPTED}),
         lease_s=ctx.settings.lease_s,
         worker=ctx.name,
         phase="transcode",
@@ -107,7 +112,7 @@ def transcode_segment(ctx: WorkerContext, job_id: str, index: int) -> dict[str, 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     segment = work / f"{index:05d}.mp4"
-    cut = segment_cut(spec.master, frames, index)
+    cut = segment_cut(spec.master, frames, spec.chunk_size)
     argv = segment_argv(
         ffmpeg_bin=ctx.settings.ffmpeg,
         source=source,

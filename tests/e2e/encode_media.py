@@ -41,7 +41,17 @@ def make_master(
         video += ",drawtext=text='%{n}':fontsize=96:fontcolor=white:box=1:boxcolor=black:x=40:y=40"
     if drop_every:
         video += f",select='not(eq(mod(n\\,{drop_every})\\,2))'"
-    argv = [*FFMPEG, "-f", "lavfi", "-i", video, "-f", "lavfi", "-i", f"sine=f=440:r=48000:d={seconds}"]
+    argv = [
+        *FFMPEG,
+        "-f",
+        "lavfi",
+        "-i",
+        video,
+        "-f",
+        "lavfi",
+        "-i",
+        f"sine=f=440:r=48000:d={seconds}",
+    ]
     argv += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"]
     argv += ["-x264-params", "open-gop=1:keyint=30:bframes=3:b-adapt=0"]
     argv += ["-c:a", audio_codec, "-shortest"]
@@ -55,10 +65,21 @@ def make_master(
 
 def streams(path: Path) -> dict[str, Any]:
     out = subprocess.run(
-        ["ffprobe", "-v", "error", "-count_packets", "-show_streams", "-show_format", "-of", "json",
-         str(path)],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        [
+            "ffprobe",
+            "-v",
+            "error",
+            "-count_packets",
+            "-show_streams",
+            "-show_format",
+            "-of",
+            "json",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     data: dict[str, Any] = json.loads(out)
     return data
 
@@ -74,20 +95,32 @@ def duration_s(stream: dict[str, Any]) -> float:
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-def single_pass(master: Path, out: Path, *, codec: str, encoder: str, size: tuple[int, int]) -> Path:
+def single_pass(
+    master: Path, out: Path, *, codec: str, encoder: str, size: tuple[int, int], quality: int = 0
+) -> Path:
     """The same master, filters and encoder settings, in one ffmpeg run: the reference."""
     info = probe_master("ffprobe", "ffmpeg", master).info
     argv = segment_argv(
         ffmpeg_bin="ffmpeg",
         source=str(master),
         out=str(out),
-        cut=SegmentCut(first=0, end=info.frame_count, total=info.frame_count, rate=info.rate,
-                       start_pts=info.start_pts),
+        cut=SegmentCut(
+            first=0,
+            end=info.frame_count,
+            total=info.frame_count,
+            rate=info.rate,
+            start_pts=info.start_pts,
+        ),
         width=size[0],
         height=size[1],
-        settings=EncodeSettings(codec=codec, encoder=encoder, fps=info.rate,
-                                quality=default_quality(encoder), preset="ultrafast"),
-    )  # fmt: skip
+        settings=EncodeSettings(
+            codec=codec,
+            encoder=encoder,
+            fps=info.rate,
+            quality=quality or default_quality(encoder),
+            preset="ultrafast",
+        ),
+    )
     subprocess.run(argv, check=True)
     return out
 
@@ -96,10 +129,25 @@ def psnr_per_frame(video: Path, master: Path, size: tuple[int, int], work: Path)
     """PSNR (Y) of each frame of `video` against the master's frame of the same index, scaled
     the same way: a dropped, doubled or swapped frame shows as a deep dip at its index."""
     stats = work / f"{video.stem}.psnr.log"
-    ref = f"[1:v]scale=w={size[0]}:h={size[1]}:flags=lanczos,format=yuv420p,settb=1/1000,setpts=N[ref]"
+    scale = f"scale=w={size[0]}:h={size[1]}:flags=lanczos,format=yuv420p"
+    ref = f"[1:v]{scale},settb=1/1000,setpts=N[ref]"
     graph = f"[0:v]settb=1/1000,setpts=N[out];{ref};[out][ref]psnr=stats_file={stats}"
     subprocess.run(
-        [*FFMPEG, "-i", str(video), "-i", str(master), "-lavfi", graph, "-f", "null", "-"],
+        # fatal: the null muxer complains of the renumbered timestamps, which only the stats need
+        [
+            *FFMPEG,
+            "-loglevel",
+            "fatal",
+            "-i",
+            str(video),
+            "-i",
+            str(master),
+            "-lavfi",
+            graph,
+            "-f",
+            "null",
+            "-",
+        ],
         check=True,
     )
     values = []

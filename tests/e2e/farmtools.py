@@ -17,11 +17,13 @@ from tests.conftest import ROOT, LocalFarm
 SMALL = ["--resolution", "320x180", "--fps", "24"]
 
 
-def spawn_worker(farm: LocalFarm, name: str, **env: str) -> subprocess.Popen[bytes]:
+def spawn_worker(
+    farm: LocalFarm, name: str, queues: str = "auto", **env: str
+) -> subprocess.Popen[bytes]:
     """A worker as `farm worker` runs it, in its own process group (so kill -9 takes Blender too)."""
     log = (farm.data / "logs" / f"{name.split('@')[0]}.log").open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "workers", "--queues", "auto", "--name", name, "--threads", "1"],
+        [sys.executable, "-m", "workers", "--queues", queues, "--name", name, "--threads", "1"],
         env={**farm.env, **env},
         stdout=log,
         stderr=subprocess.STDOUT,

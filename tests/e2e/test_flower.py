@@ -34,4 +34,6 @@ def test_flower_lists_workers_and_the_jobs_tasks(local_farm: LocalFarm) -> None:
             break
         time.sleep(1)
     assert len(workers) >= 2 and all(name.startswith("worker") for name in workers)
-    assert sorted(names) == sorted(["farm.render_chunk"] * 2 + ["farm.encode_chunk"] * 2 + ["farm.stitch_job"])
+    assert sorted(names) == sorted(
+        ["farm.render_chunk"] * 2 + ["farm.encode_chunk"] * 2 + ["farm.stitch_job"]
+    )

@@ -25,7 +25,9 @@ def _objects(farm: LocalFarm, job_id: str, kind: str) -> list[str]:
     return keys
 
 
-def test_demo_scene_renders_into_a_video_with_every_frame(local_farm: LocalFarm, tmp_path: Path) -> None:
+def test_demo_scene_renders_into_a_video_with_every_frame(
+    local_farm: LocalFarm, tmp_path: Path
+) -> None:
     result = local_farm.farm(
         "submit", str(DEMO), "--frames", "1-48", "--chunk-size", "8", *SMALL, "--wait", "--json"
     )
@@ -54,7 +56,16 @@ def test_demo_scene_renders_into_a_video_with_every_frame(local_farm: LocalFarm,
 
 def test_status_shows_each_chunk_and_the_output(local_farm: LocalFarm) -> None:
     job_id = local_farm.farm(
-        "submit", str(DEMO), "--frames", "1-4", "--chunk-size", "2", *SMALL, "--wait", "--json", check=True
+        "submit",
+        str(DEMO),
+        "--frames",
+        "1-4",
+        "--chunk-size",
+        "2",
+        *SMALL,
+        "--wait",
+        "--json",
+        check=True,
     ).stdout
     job_id = json.loads(job_id)["id"]
     status = json.loads(local_farm.farm("status", job_id, "--json", check=True).stdout)
@@ -92,7 +103,9 @@ def test_two_jobs_at_once_both_finish_exactly(local_farm: LocalFarm, tmp_path: P
     deadline = time.monotonic() + 300
     states: dict[str, str] = {}
     while time.monotonic() < deadline:
-        states = {j: json.loads(local_farm.farm("status", j, "--json").stdout)["state"] for j in ids}
+        states = {
+            j: json.loads(local_farm.farm("status", j, "--json").stdout)["state"] for j in ids
+        }
         if all(s in ("done", "failed") for s in states.values()):
             break
         time.sleep(1)

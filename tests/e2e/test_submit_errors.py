@@ -19,7 +19,11 @@ def _snapshot(farm: LocalFarm) -> tuple[int, list[str]]:
     ("make", "args", "words"),
     [
         (lambda d: d / "missing.blend", [], "no such file"),
-        (lambda d: (d / "notes.txt", (d / "notes.txt").write_text("hi"))[0], [], "not a .blend file"),
+        (
+            lambda d: (d / "notes.txt", (d / "notes.txt").write_text("hi"))[0],
+            [],
+            "not a .blend file",
+        ),
         (lambda d: DEMO, ["--frames", "50-10"], "ends before it starts"),
         (lambda d: DEMO, ["--frames", "1-10:0"], "step must be 1 or more"),
         (lambda d: DEMO, ["--chunk-size", "0"], "--chunk-size 0"),

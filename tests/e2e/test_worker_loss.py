@@ -31,12 +31,16 @@ def _rendering_chunk(farm: LocalFarm, job_id: str, min_frames: int) -> bool:
     )
 
 
-def test_killed_worker_loses_no_chunk_and_finished_frames_are_not_rendered_again(tmp_path: Path) -> None:
+def test_killed_worker_loses_no_chunk_and_finished_frames_are_not_rendered_again(
+    tmp_path: Path,
+) -> None:
     farm = start_farm(tmp_path, workers=0)
     try:
         first = spawn_worker(farm, "doomed@test")
         job_id = submit(farm, DEMO, "--frames", "1-16", "--chunk-size", "16", "--samples", "8")
-        wait_for("the chunk to render 4 frames", lambda: _rendering_chunk(farm, job_id, 4), 120, farm)
+        wait_for(
+            "the chunk to render 4 frames", lambda: _rendering_chunk(farm, job_id, 4), 120, farm
+        )
         kill_group(first)
         killed_at = time.monotonic()
         done_before = set(farm.ledger().frame_records(job_id))
@@ -63,14 +67,18 @@ def test_killed_worker_loses_no_chunk_and_finished_frames_are_not_rendered_again
         farm.farm("down", "--data", str(farm.data))
 
 
-def test_paused_worker_and_its_replacement_leave_one_manifest_and_one_stitch(tmp_path: Path) -> None:
+def test_paused_worker_and_its_replacement_leave_one_manifest_and_one_stitch(
+    tmp_path: Path,
+) -> None:
     """The same chunk runs on two workers at once: the first is frozen past its lease, the second
     takes the chunk, then the first wakes up and tries to carry on."""
     farm = start_farm(tmp_path, workers=0)
     try:
         frozen = spawn_worker(farm, "frozen@test")
         job_id = submit(farm, DEMO, "--frames", "1-12", "--chunk-size", "12", "--samples", "8")
-        wait_for("the chunk to render 2 frames", lambda: _rendering_chunk(farm, job_id, 2), 120, farm)
+        wait_for(
+            "the chunk to render 2 frames", lambda: _rendering_chunk(farm, job_id, 2), 120, farm
+        )
         kill_group(frozen, signal.SIGSTOP)
         other = spawn_worker(farm, "other@test")
         wait_for(
@@ -126,7 +134,10 @@ def test_chaos_random_kills_still_give_an_exact_video(tmp_path: Path) -> None:
     started = time.monotonic()
     try:
         job_id = submit(farm, DEMO, "--frames", "1-48", "--chunk-size", "4", "--samples", "6")
-        while status(farm, job_id)["state"] not in ("done", "failed") and time.monotonic() - started < 400:
+        while (
+            status(farm, job_id)["state"] not in ("done", "failed")
+            and time.monotonic() - started < 400
+        ):
             time.sleep(4)
             if kills < 6 and status(farm, job_id)["state"] == "running":
                 victim = workers.pop(rng.randrange(len(workers)))

@@ -16,7 +16,7 @@ def _auto_job(ledger: Ledger) -> tuple[chunking.Chunk, ...]:
         source_name="s.blend", frames="1-20", chunk_size="auto", resolution="320x180",
         fps=24, samples=4, codec="h264",
     )  # fmt: skip
-    chunks, plan = chunking.initial_plan(spec.frames, spec.chunk_size, workers=2)
+    chunks, plan = chunking.initial_plan(spec.frames, spec.chunk_size, chunking.Pool(workers=2))
     ledger.create_job(job_id="ja", spec=spec, chunks=chunks, scene_key="k", plan=plan)
     return chunks
 
@@ -50,3 +50,10 @@ def test_gate_stays_shut_until_the_rest_is_planned_and_done(ledger: Ledger) -> N
         _finish(ledger, chunk.index)
     assert ledger.try_start_stitch("ja")
     assert ledger.job("ja")["state"] == JobState.STITCHING
+
+
+def test_a_measurement_is_kept_for_the_next_job_of_the_scene(ledger: Ledger) -> None:
+    m = chunking.Measurement(startup_s=3.5, frame_s=0.5, source="probe chunk 1 of ja")
+    ledger.save_measurement("farm:measure:scenes/x.blend:320x180:4", m)
+    assert ledger.measurement("farm:measure:scenes/x.blend:320x180:4") == m
+    assert ledger.measurement("farm:measure:scenes/x.blend:320x180:8") is None

@@ -16,13 +16,19 @@ def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-20", chunk_size: i
         source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
         fps=24, samples=4, codec="h264",
     )  # fmt: skip
-    ledger.create_job(job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), scene_key="k")
+    ledger.create_job(
+        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), scene_key="k"
+    )
 
 
 def _finish(ledger: Ledger, job_id: str, index: int) -> None:
-    render = ledger.move_chunk(job_id, index, ChunkState.RENDERING, mode="claim", lease_s=30, worker="w")
+    render = ledger.move_chunk(
+        job_id, index, ChunkState.RENDERING, mode="claim", lease_s=30, worker="w"
+    )
     ledger.move_chunk(job_id, index, ChunkState.RENDERED, token=render.token)
-    encode = ledger.move_chunk(job_id, index, ChunkState.ENCODING, mode="claim", lease_s=30, worker="w")
+    encode = ledger.move_chunk(
+        job_id, index, ChunkState.ENCODING, mode="claim", lease_s=30, worker="w"
+    )
     assert ledger.move_chunk(job_id, index, ChunkState.DONE, token=encode.token).moved
 
 
@@ -81,7 +87,10 @@ def test_failure_budget_fails_the_job_with_the_reason(ledger: Ledger) -> None:
     job = ledger.job("j1")
     assert job["state"] == JobState.FAILED
     assert "chunk 1 failed 3 times: boom" in job["error"]
-    assert ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30).status == "refused"
+    assert (
+        ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30).status
+        == "refused"
+    )
 
 
 def test_completion_gate_opens_once(ledger: Ledger) -> None:
@@ -102,3 +111,24 @@ def test_unreachable_redis_is_one_clear_error() -> None:
     ledger = Ledger.from_url("redis://127.0.0.1:1/0")
     with pytest.raises(UnreachableError, match="Redis does not answer"):
         ledger.ping()
+
+
+def test_a_stray_encode_message_cannot_claim_an_unrendered_chunk(ledger: Ledger) -> None:
+    _job(ledger)
+    stray = ledger.move_chunk(
+        "j1", 0, ChunkState.ENCODING, mode="claim", lease_s=30,
+        only_from=frozenset({ChunkState.RENDERED}),
+    )  # fmt: skip
+    assert stray.status == "refused"
+    assert ledger.chunk("j1", 0)["state"] == ChunkState.QUEUED
+
+
+def test_an_expired_lease_spends_its_own_budget_not_the_failure_budget(ledger: Ledger) -> None:
+    _job(ledger)
+    claim = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    move = ledger.move_chunk(
+        "j1", 0, ChunkState.QUEUED, token=claim.token, mode="expire", max_failures=6
+    )
+    chunk = ledger.chunk("j1", 0)
+    assert move.moved and chunk["state"] == ChunkState.QUEUED
+    assert (chunk["lost_leases"], chunk["failures"]) == ("1", "0")

@@ -1,4 +1,4 @@
-"""Auto chunk sizing: the measurement, the rule's bounds, the probe wave and the rest of the plan."""
+"""Auto chunk sizing: the measurement, the bounds, the probe wave and the rest of the plan."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ def test_efficiency_floor_is_nine_startups_per_frame() -> None:
 
 
 def test_no_worker_is_left_idle_even_below_the_floor() -> None:
-    choice = choose_chunk_size(frames=48, m=Measurement(startup_s=3.6, frame_s=0.5), pool=Pool(workers=2))
+    choice = choose_chunk_size(
+        frames=48, m=Measurement(startup_s=3.6, frame_s=0.5), pool=Pool(workers=2)
+    )
     assert choice.chunk_size == 24
     assert "so all 2 workers get work" in choice.reason
 
@@ -42,7 +44,9 @@ def test_chunks_stay_under_the_target_runtime() -> None:
 def test_reclaims_never_make_chunks_longer() -> None:
     m = Measurement(startup_s=20, frame_s=30)
     sizes = [
-        choose_chunk_size(frames=98_000, m=m, pool=Pool(workers=1000, interruption_per_h=r)).chunk_size
+        choose_chunk_size(
+            frames=98_000, m=m, pool=Pool(workers=1000, interruption_per_h=r)
+        ).chunk_size
         for r in (0.0, 0.05, 0.2)
     ]
     assert sizes == sorted(sizes, reverse=True)
@@ -53,14 +57,28 @@ def test_probe_wave_is_one_small_chunk_per_worker_and_the_rest_follows() -> None
     probe = chunking.probe_wave(frames, workers=2)
     assert [c.frames for c in probe] == [(1, 3), (5, 7)]
     rest = chunking.rest_after(frames, probe, chunk_size=3)
-    assert [(c.index, c.frames) for c in rest] == [(2, (9, 11, 13)), (3, (15, 17, 19)), (4, (21, 23))]
+    assert [(c.index, c.frames) for c in rest] == [
+        (2, (9, 11, 13)),
+        (3, (15, 17, 19)),
+        (4, (21, 23)),
+    ]
 
 
 def test_initial_plan_fixed_and_auto() -> None:
     frames = FrameRange(first=1, last=40)
-    fixed, fields = chunking.initial_plan(frames, 8, workers=3)
+    pool = Pool(workers=3)
+    fixed, fields = chunking.initial_plan(frames, 8, pool)
     assert len(fixed) == 5 and fields["chunk_size"] == "8" and "plan_pending" not in fields
-    probe, fields = chunking.initial_plan(frames, chunking.AUTO, workers=3)
+    probe, fields = chunking.initial_plan(frames, chunking.AUTO, pool)
     assert len(probe) == 3 and fields["plan_pending"] == "1"
-    small, fields = chunking.initial_plan(FrameRange(first=1, last=5), chunking.AUTO, workers=3)
+    small, fields = chunking.initial_plan(FrameRange(first=1, last=5), chunking.AUTO, pool)
     assert sum(len(c.frames) for c in small) == 5 and "plan_pending" not in fields
+
+
+def test_an_earlier_measurement_sizes_the_whole_job_at_submit() -> None:
+    m = Measurement(startup_s=2, frame_s=1, source="probe chunk 0 of j-1")
+    chunks, fields = chunking.initial_plan(
+        FrameRange(first=1, last=40), chunking.AUTO, Pool(workers=2), m
+    )
+    assert [len(c.frames) for c in chunks] == [20, 20] and "plan_pending" not in fields
+    assert fields["chunk_size"] == "20" and "j-1" in fields["chunk_plan"]

@@ -68,9 +68,7 @@ def test_a_constant_rate_master_is_read_exactly() -> None:
 
 def test_millisecond_timestamps_of_a_mkv_are_not_taken_for_a_variable_rate() -> None:
     pts = [21 + round(i * 1001 / 24) for i in range(96)]
-    info = parse_master(
-        "m.mkv", _streams({"time_base": "1/1000"}), _packets(pts, 42, 30)
-    ).info
+    info = parse_master("m.mkv", _streams({"time_base": "1/1000"}), _packets(pts, 42, 30)).info
     assert not info.vfr
     assert info.start_pts == 21
     assert info.frame_count == 96
@@ -89,7 +87,7 @@ def test_gaps_in_the_timestamps_make_a_variable_rate_master_at_its_average_rate(
 
 
 def test_a_file_without_video_is_refused_with_what_it_holds() -> None:
-    with pytest.raises(SpecError, match="no video stream .*audio"):
+    with pytest.raises(SpecError, match=r"no video stream .*audio"):
         parse_master("a.m4a", _streams(None), "")
 
 

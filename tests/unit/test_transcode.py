@@ -32,7 +32,9 @@ def _spec(encoder: str, codec: str = "hevc"):  # type: ignore[no-untyped-def]
         ("nvenc", True, "hevc_nvenc"),
     ],
 )
-def test_the_encoder_follows_the_choice_and_the_probe(choice: str, nvenc: bool, expected: str) -> None:
+def test_the_encoder_follows_the_choice_and_the_probe(
+    choice: str, nvenc: bool, expected: str
+) -> None:
     assert pick_encoder(_spec(choice), nvenc, "") == expected
 
 
@@ -42,13 +44,30 @@ def test_nvenc_on_a_worker_without_one_is_a_permanent_error_that_says_why() -> N
 
 
 def test_a_segment_cut_takes_its_frames_and_seek_point_from_the_spec() -> None:
-    cut = segment_cut(_spec("auto").master, list(range(72, 96)), 3)  # type: ignore[arg-type]
+    master = _spec("auto").master
+    assert master is not None
+    cut = segment_cut(master, list(range(72, 96)), 24)
     assert (cut.first, cut.end, cut.total, cut.seek_s) == (72, 96, 96, 1.25125)
 
 
+def test_a_chunk_planned_off_the_segment_grid_decodes_from_the_start() -> None:
+    master = _spec("auto").master
+    assert master is not None
+    assert segment_cut(master, list(range(70, 80)), 24).seek_s == 0.0
+
+
 def _streams(**kw: object) -> Streams:
-    base = dict(codec="hevc", width=1280, height=720, pix_fmt="yuv420p", rate="24000/1001",
-                time_base="1/24000", frames=24, duration_s=1.001, audio_s=())
+    base = dict(
+        codec="hevc",
+        width=1280,
+        height=720,
+        pix_fmt="yuv420p",
+        rate="24000/1001",
+        time_base="1/24000",
+        frames=24,
+        duration_s=1.001,
+        audio_s=(),
+    )
     return Streams(**{**base, **kw})  # type: ignore[arg-type]
 
 

@@ -1,0 +1,99 @@
+"""`python -m bench [overhead|dispatch|stitch|store|simulate ...] [--quick]`: run the benchmarks,
+each beside its baseline, write one JSON file under bench/results/ and print the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import common
+from bench.common import LocalFarm, Row
+
+ALL = ("overhead", "dispatch", "stitch", "store", "simulate")
+NEEDS_FARM = {"overhead", "dispatch", "store"}
+
+
+def run(names: list[str], quick: bool, out_dir: Path, work: Path | None = None) -> dict[str, Any]:
+    """Run the named benchmarks; returns what was written to the results file."""
+    from bench import dispatch, overhead, simulate, stitch, store
+
+    results: dict[str, Any] = {"machine": common.machine(), "quick": quick, "started": time.time()}
+    rows: list[Row] = []
+    farm: LocalFarm | None = None
+    try:
+        if NEEDS_FARM & set(names):
+            farm = common.start_farm(workers=os.cpu_count() or 1, threads=1, base=work)
+        runners: dict[str, Callable[[], tuple[dict[str, Any], list[Row]]]] = {
+            "overhead": lambda: overhead.run(_need(farm), quick),
+            "dispatch": lambda: dispatch.run(_need(farm), quick),
+            "stitch": lambda: stitch.run(quick),
+            "store": lambda: store.run(_need(farm), quick),
+            "simulate": lambda: simulate.run(quick),
+        }
+        for name in names:
+            started = time.monotonic()
+            results[name], new_rows = runners[name]()
+            results[name]["bench_s"] = round(time.monotonic() - started, 1)
+            rows += new_rows
+    finally:
+        if farm is not None:
+            farm.close()
+    results["rows"] = [_row(r) for r in rows]
+    results["finished"] = time.time()
+    path = out_dir / time.strftime("bench-%Y%m%d-%H%M%S.json")
+    common.dump(path, results)
+    results["path"] = str(path)
+    return results
+
+
+def _need(farm: LocalFarm | None) -> LocalFarm:
+    assert farm is not None
+    return farm
+
+
+def _row(row: Row) -> dict[str, Any]:
+    return {k: getattr(row, k) for k in ("bench", "case", "farm", "baseline", "ratio", "note")}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table, readable in a terminal and pasteable into the README."""
+    lines = [
+        "| bench | case | farm | baseline | ratio | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else ""
+        cells = [r["bench"], r["case"], r["farm"], r["baseline"], ratio, r["note"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", help=f"any of {', '.join(ALL)}; default: all")
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds, not minutes)")
+    parser.add_argument("--out", type=Path, default=common.ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(ALL))
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(ALL)}")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    results = run(list(args.names) or list(ALL), args.quick, args.out)
+    m = results["machine"]
+    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['blender']}")
+    print(table(results["rows"]))
+    for name in ALL:
+        extra = results.get(name, {}).get("table")
+        if extra:
+            print(f"\n{name}:\n{extra}")
+    print(f"\nresults: {results['path']}")
+
+
+if __name__ == "__main__":
+    main()

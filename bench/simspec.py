@@ -1,0 +1,58 @@
+"""What the scale simulation takes and gives: the workload, the fleet and the outcome of a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from farm.settings import Settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    frames: int
+    startup_s: float
+    """Blender start-up and scene load, paid by every render attempt."""
+    frame_s: float
+    frame_cv: float = 0.25
+    encode_startup_s: float = 1.0
+    encode_frame_s: float = 0.05
+    stitch_s: float = 30.0
+    task_latency_s: float = 0.05
+    """Queue and ledger time per task."""
+    crash_p: float = 0.0
+    """Chance a render attempt crashes (a PermanentError: spends a failure, backoff, retry)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fleet:
+    gpus: int
+    interruption_per_h: float = 0.0
+    boot_s: float = 120.0
+    lease_s: float = Settings().lease_s
+    reconcile_s: float = Settings().reconcile_interval_s
+    max_attempts: int = Settings().max_attempts
+    spot_price_h: float = 0.45
+    """g5.xlarge (A10G) spot, us-east-1, a typical 2026 price; an assumption, not a quote."""
+    on_demand_price_h: float = 1.006
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    policy: str
+    chunk_size: int
+    chunks: int
+    makespan_s: float
+    ideal_s: float
+    gpu_hours: float
+    lost_h: float
+    """Rendering thrown away: frames in flight at a reclaim or a crash, encodes cut short."""
+    startup_h: float
+    """Blender start-ups plus instance boots."""
+    interruptions: int
+    failed: str = ""
+    fails_as_built: bool = False
+    """Whether a chunk met max_attempts reclaims + crashes (a lease expiry spends a failure)."""
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.ideal_s

@@ -1,0 +1,66 @@
+"""A small run of each benchmark: the results have their shape and positive numbers. Timings are
+not asserted; `make bench` measures them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import dispatch, overhead, stitch, store
+from bench.common import ROOT, LocalFarm, Row
+
+
+def _rows_ok(rows: list[Row], bench: str) -> None:
+    assert rows and all(r.bench == bench and r.case and r.farm and r.baseline for r in rows)
+    assert all(r.ratio is None or r.ratio > 0 for r in rows)
+
+
+def test_overhead_smoke(bench_farm: LocalFarm) -> None:
+    result, rows = overhead.run(bench_farm, quick=True)
+    _rows_ok(rows, "overhead")
+    case = result["cases"][0]
+    assert case["direct"]["total_s"] > 0 and case["direct"]["blender_launch_s"] > 0
+    farm = case["farm"]
+    assert farm["total_s"] > 0 and farm["chunks"] == len(farm["per_chunk"]) >= 2
+    assert farm["chunk_size_chosen"] not in ("", "auto") and farm["chunk_plan"].startswith("auto")
+    assert sum(c["frames"] for c in farm["per_chunk"]) == case["frames"]
+    assert all(c["render_frames"] > 0 and c["encode"] > 0 for c in farm["per_chunk"])
+    shown = bench_farm.farm("status", farm["job"]).stdout
+    assert f"chunk size {farm['chunk_size_chosen']}: auto: S=" in shown
+
+
+def test_dispatch_smoke(bench_farm: LocalFarm) -> None:
+    result, rows = dispatch.run(bench_farm, quick=True)
+    _rows_ok(rows, "dispatch")
+    assert result["farm_chunks_per_s"] > 0 and result["bare_tasks_per_s"] > 0
+    assert result["farm_chunk_latency_ms_median"] > 0
+
+
+def test_stitch_smoke() -> None:
+    result, rows = stitch.run(quick=True)
+    _rows_ok(rows, "stitch")
+    assert [c["segments"] for c in result["cases"]] == [2, 5]
+    assert all(c["concat_s"] > 0 and c["cp_s"] > 0 and c["bytes"] > 0 for c in result["cases"])
+
+
+def test_store_smoke(bench_farm: LocalFarm) -> None:
+    result, rows = store.run(bench_farm, quick=True)
+    _rows_ok(rows, "store")
+    assert {(c["kind"], c["threads"]) for c in result["cases"]} == {
+        ("frame", 1), ("frame", 8), ("segment", 1), ("segment", 8)
+    }  # fmt: skip
+    assert all(c["upload_mib_s"] > 0 and c["download_mib_s"] > 0 for c in result["cases"])
+
+
+def test_python_m_bench_writes_one_results_file_and_a_table(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "simulate", "--quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600, check=True,
+    )  # fmt: skip
+    files = list(tmp_path.glob("bench-*.json"))
+    assert len(files) == 1
+    data = json.loads(files[0].read_text())
+    assert data["machine"]["cores"] >= 1 and data["rows"][0]["bench"] == "simulate"
+    assert "| simulate |" in out.stdout and "auto" in out.stdout
