@@ -40,6 +40,8 @@ def run(names: list[str], quick: bool, out_dir: Path, work: Path | None = None) 
             started = time.monotonic()
             results[name], new_rows = runners[name]()
             results[name]["bench_s"] = round(time.monotonic() - started, 1)
+            # Other work on the machine skews timings: keep the load beside them.
+            results[name]["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
             rows += new_rows
     finally:
         if farm is not None:
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     results = run(list(args.names) or list(ALL), args.quick, args.out)
     m = results["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['blender']}")
+    loads = [results[n]["load_avg_1m_after"] for n in ALL if n in results]
+    print(f"load average (1 min) at start {m['load_avg_at_start'][0]}, after each: {loads}")
     print(table(results["rows"]))
     for name in ALL:
         extra = results.get(name, {}).get("table")

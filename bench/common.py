@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,6 @@ def start_farm(workers: int, threads: int = 1, base: Path | None = None) -> Loca
 
 
 def _wait_for_workers(farm: LocalFarm, workers: int, timeout_s: float = 120) -> None:
-    import time
-
     ledger = farm.ledger()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

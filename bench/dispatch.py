@@ -66,6 +66,10 @@ def farm_latency(farm: LocalFarm, app: Celery, samples: int) -> list[float]:
     return out
 
 
+QUEUED = frozenset({ChunkState.QUEUED, ChunkState.INTERRUPTED})
+RENDERED = frozenset({ChunkState.RENDERED})
+
+
 def inprocess_ms(farm: LocalFarm, samples: int) -> dict[str, float]:
     """The ledger and store calls of one trivial chunk made here, without Celery: median ms."""
     job_id = f"bench-inprocess-{time.time_ns()}"
@@ -75,13 +79,17 @@ def inprocess_ms(farm: LocalFarm, samples: int) -> dict[str, float]:
     store_s: list[float] = []
     for i in range(samples):
         a = time.perf_counter()
-        claim = ledger.move_chunk(job_id, i, ChunkState.RENDERING, mode="claim", lease_s=30)
+        claim = ledger.move_chunk(
+            job_id, i, ChunkState.RENDERING, mode="claim", lease_s=30, only_from=QUEUED
+        )
         b = time.perf_counter()
         store.put_bytes(keys.frame_key(job_id, i + 1), TINY_PNG)
         c = time.perf_counter()
         ledger.record_frame(job_id, i + 1, len(TINY_PNG), "0" * 64)
         ledger.move_chunk(job_id, i, ChunkState.RENDERED, token=claim.token)
-        claim = ledger.move_chunk(job_id, i, ChunkState.ENCODING, mode="claim", lease_s=30)
+        claim = ledger.move_chunk(
+            job_id, i, ChunkState.ENCODING, mode="claim", lease_s=30, only_from=RENDERED
+        )
         d = time.perf_counter()
         store.put_bytes(keys.segment_key(job_id, i), TINY_PNG)
         store.put_json(keys.manifest_key(job_id, i), {"chunk": i})

@@ -27,7 +27,13 @@ TINY_PNG = bytes.fromhex(
 
 def trivial_render(ctx: WorkerContext, job_id: str, index: int) -> str:
     claim = ctx.ledger.move_chunk(
-        job_id, index, ChunkState.RENDERING, mode="claim", lease_s=30, worker=ctx.name
+        job_id,
+        index,
+        ChunkState.RENDERING,
+        mode="claim",
+        only_from=frozenset({ChunkState.QUEUED, ChunkState.INTERRUPTED}),
+        lease_s=30,
+        worker=ctx.name,
     )
     if not claim.moved:
         return claim.status
@@ -43,7 +49,13 @@ def trivial_render(ctx: WorkerContext, job_id: str, index: int) -> str:
 
 def trivial_encode(ctx: WorkerContext, job_id: str, index: int) -> str:
     claim = ctx.ledger.move_chunk(
-        job_id, index, ChunkState.ENCODING, mode="claim", lease_s=30, worker=ctx.name
+        job_id,
+        index,
+        ChunkState.ENCODING,
+        mode="claim",
+        only_from=frozenset({ChunkState.RENDERED}),
+        lease_s=30,
+        worker=ctx.name,
     )
     if not claim.moved:
         return claim.status

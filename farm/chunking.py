@@ -19,8 +19,9 @@ PROBE_FRAMES = 2
 """Frames in each probe chunk: two Saved: lines give one frame-to-frame interval."""
 EFFICIENCY = 0.9
 """n >= EFFICIENCY/(1-EFFICIENCY) * S/F = 9·S/F keeps Blender start-up under 10% of a chunk."""
-TARGET_CHUNK_S = 900.0
-"""Longest chunk the rule aims for: progress stays visible and one chunk never holds a job."""
+TARGET_CHUNK_S = 3600.0
+"""Longest chunk the rule aims for (an hour): a chunk never holds a job for long, even where the
+makespan model would take longer ones; shorter targets cost waves of Blender start-ups."""
 FRAME_CV = 0.25
 """Assumed spread of per-frame times (standard deviation / mean) when sizing the tail."""
 
@@ -85,11 +86,13 @@ def expected_makespan_s(
     c = S + n·F per chunk, K = ceil(frames/n) chunks. Each reclaim costs the fleet B + S + F/2
     GPU-seconds (a new instance boots; Blender restarts; the frame in flight is lost; frames
     already saved are reused), so capacity is G·(1-r), r = λ·(B + S + F/2), and the bulk is
-    the larger of ceil(K/G) whole waves of c and K·c/(G·(1-r)). The tail adds the slowest last
-    chunk, F·cv·√n·√(2·ln G), and, when a chunk is reclaimed near the end (p = 1 - e^(-G·λ·c)
-    with μ = G·λ·c reclaims per chunk-time), the requeue delay and a restart, D + S, plus the wait
-    for a GPU: a replacement's boot B when the job is one wave, else the rest of the chunk that
-    was running, c·μ/(1+μ) (every GPU is busy until the bulk ends, then the remainder runs).
+    the larger of ceil(K/G) whole waves of c and K·c/(G·(1-r)). The tail adds the slowest GPU:
+    its share of frames, frames/G of them, runs F·cv·√(frames/G)·√(2·ln G) over the mean, though
+    never more than one chunk, c, since a GPU that finishes early takes the next chunk. When a
+    chunk is reclaimed near the end (p = 1 - e^(-μ), μ = G·λ·c reclaims per chunk-time), it adds
+    the requeue delay and a restart, D + S, plus the wait for a GPU: a replacement's boot B when
+    the job is one wave, else the rest of the chunk that was running, c·μ/(1+μ) (every GPU is
+    busy until the bulk ends, then the remainder runs).
     """
     lam = pool.interruption_per_h / 3600.0
     c = m.startup_s + n * m.frame_s
@@ -97,9 +100,8 @@ def expected_makespan_s(
     rho = min(lam * (pool.boot_s + m.startup_s + m.frame_s / 2), 0.9)
     bulk = max(math.ceil(chunks / pool.workers) * c, chunks * c / (pool.workers * (1 - rho)))
     lanes = min(chunks, pool.workers)
-    spread = (
-        m.frame_s * frame_cv * math.sqrt(n) * math.sqrt(2 * math.log(lanes)) if lanes > 1 else 0.0
-    )
+    share = m.frame_s * frame_cv * math.sqrt(frames / lanes) * math.sqrt(2 * math.log(lanes))
+    spread = min(share, c) if lanes > 1 else 0.0
     mu = pool.workers * lam * c
     wait = pool.boot_s if chunks <= pool.workers else c * mu / (1 + mu)
     return bulk + spread + (1 - math.exp(-mu)) * (pool.detect_s + m.startup_s + wait)

@@ -22,6 +22,8 @@ from farm.errors import StoreError, UnreachableError
 from farm.settings import Settings
 
 log = logging.getLogger(__name__)
+INTERMEDIATE_TAG = "farm-data=intermediate"
+"""Matches the lifecycle rule in infra/terraform/modules/storage."""
 _TRANSFER = TransferConfig(
     multipart_threshold=64 * 1024 * 1024, multipart_chunksize=32 * 1024 * 1024
 )
@@ -85,9 +87,12 @@ class Store:
         with _wrapped(f"reach bucket {self.bucket}"):
             self.s3.head_bucket(Bucket=self.bucket)
 
-    def put_file(self, key: str, path: Path) -> None:
+    def put_file(self, key: str, path: Path, *, intermediate: bool = False) -> None:
+        """Upload a file (multipart above 64 MiB). `intermediate` tags frames and segments so the
+        bucket's lifecycle rule can expire them once deliverables exist."""
+        extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else None
         with _wrapped(f"upload {key}"):
-            self.s3.upload_file(str(path), self.bucket, key, Config=_TRANSFER)
+            self.s3.upload_file(str(path), self.bucket, key, Config=_TRANSFER, ExtraArgs=extra)
 
     def put_bytes(
         self, key: str, data: bytes, content_type: str = "application/octet-stream"

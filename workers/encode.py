@@ -122,7 +122,7 @@ def encode_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
     segment_key = keys.segment_key(job_id, index)
     upload_started = time.monotonic()
-    ctx.store.put_file(segment_key, segment)
+    ctx.store.put_file(segment_key, segment, intermediate=True)
     manifest = {
         "job_id": job_id,
         "chunk": index,

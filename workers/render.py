@@ -61,7 +61,7 @@ class FrameUploader:
             try:
                 size = path.stat().st_size
                 digest = sha256_file(path)
-                self.store.put_file(keys.frame_key(self.job_id, frame), path)
+                self.store.put_file(keys.frame_key(self.job_id, frame), path, intermediate=True)
                 self.ledger.record_frame(self.job_id, frame, size, digest)
                 self.done.append(frame)
                 self.ledger.set_chunk_fields(

@@ -150,7 +150,7 @@ def transcode_segment(ctx: WorkerContext, job_id: str, index: int) -> dict[str, 
     if info.frames != cut.count:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {cut.count}")
     segment_key = keys.segment_key(job_id, index)
-    ctx.store.put_file(segment_key, segment)
+    ctx.store.put_file(segment_key, segment, intermediate=True)
     manifest = {
         "job_id": job_id,
         "chunk": index,

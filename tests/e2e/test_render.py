@@ -53,6 +53,19 @@ def test_demo_scene_renders_into_a_video_with_every_frame(
     assert [f["frame"] for f in manifest["frames"]] == list(range(1, 9))
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["frames"])
 
+    # Frames and segments carry the tag the bucket's lifecycle rule expires; the video does not.
+    s3, bucket = local_farm.store().s3, local_farm.store().bucket
+    tags = {
+        k: s3.get_object_tagging(Bucket=bucket, Key=k)["TagSet"]
+        for k in (frames[0], manifest["segment"]["key"], f"jobs/{job_id}/output.mp4")
+    }
+    assert (
+        tags[frames[0]]
+        == tags[manifest["segment"]["key"]]
+        == [{"Key": "farm-data", "Value": "intermediate"}]
+    )
+    assert tags[f"jobs/{job_id}/output.mp4"] == []
+
 
 def test_status_shows_each_chunk_and_the_output(local_farm: LocalFarm) -> None:
     job_id = local_farm.farm(
