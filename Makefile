@@ -34,7 +34,7 @@ tools:
 # Render the demo scene on a local farm and say where the video is. 4K on an NVIDIA GPU host.
 demo: setup
 	@if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
-	  size="--resolution 3840x2160 --samples 64"; else size="--resolution 480x270 --samples 16"; fi; \
+	  size="--resolution 3840x2160 --samples 64"; else size="--resolution 480x270 --samples 8"; fi; \
 	$(BIN)/farm up --data $(DATA) --workers 2 && \
 	job=$$($(BIN)/farm submit scenes/demo.blend --frames 1-120 --chunk-size 10 $$size --wait --json | \
 	  $(BIN)/python -c 'import json,sys; j=json.load(sys.stdin); print(j["id"]) if j["state"]=="done" else sys.exit("demo job " + j["state"] + ": " + j["error"])') && \

@@ -94,8 +94,8 @@ class Dispatcher:
     def encode(self, job_id: str, chunk: int, countdown_s: float = 0) -> str:
         return self._send(ENCODE_TASK, {"job_id": job_id, "chunk": chunk}, countdown_s)
 
-    def stitch(self, job_id: str) -> str:
-        return self._send(STITCH_TASK, {"job_id": job_id})
+    def stitch(self, job_id: str, countdown_s: float = 0) -> str:
+        return self._send(STITCH_TASK, {"job_id": job_id}, countdown_s)
 
     def transcode(self, job_id: str, chunk: int, countdown_s: float = 0) -> str:
         """An encode job's segment: frames of the master straight to a segment, no render."""

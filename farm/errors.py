@@ -39,6 +39,10 @@ class PermanentError(FarmError):
     """Running the same work again will fail the same way: fail the chunk, keep the log."""
 
 
+class FramesMissing(PermanentError):
+    """An encode found frames missing or corrupt in the store: the chunk goes back to render."""
+
+
 class ChunkInterrupted(FarmError):
     """The worker is going away (spot reclaim, shutdown): requeue, do not count a failure."""
 

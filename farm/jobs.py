@@ -52,9 +52,7 @@ def submit(settings: Settings, spec: JobSpec, source: Path) -> Submitted:
         interruption_per_h=settings.spot_interruption_per_h,
         detect_s=settings.recovery_bound_s,
     )
-    measured = ledger.measurement(
-        keys.r_measurement(scene_key, str(spec.resolution), spec.samples)
-    )
+    measured = ledger.measurement(keys.r_measurement(scene_key, str(spec.resolution), spec.samples))
     chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
     store.put_json(
         keys.spec_key(job_id),

@@ -285,6 +285,22 @@ class Ledger:
         with _wrapped("drop a stale lease"):
             self.r.zrem(keys.r_leases(), keys.lease_member(job_id, index))
 
+    def queue_length(self, queue: str) -> int:
+        """Messages waiting in a Celery queue on this Redis (kombu keeps priorities in suffixed
+        lists next to the plain one)."""
+        names = [queue] + [f"{queue}\x06\x16{p}" for p in (1, 2, 3, 4, 5, 6, 7, 8, 9)]
+        with _wrapped(f"measure the {queue} queue"):
+            pipe = self.r.pipeline(transaction=False)
+            for name in names:
+                pipe.llen(name)
+            return int(sum(pipe.execute()))
+
+    def bump(self, job_id: str, index: int, counter: str) -> int:
+        """Add one to a chunk's counter (transient hand-backs); returns the new count."""
+        with _wrapped(f"count {counter}"):
+            value: int = self.r.hincrby(keys.r_chunk(job_id, index), counter, 1)
+        return value
+
     def set_chunk_fields(self, job_id: str, index: int, **fields: Any) -> None:
         with _wrapped("update chunk progress"):
             self.r.hset(keys.r_chunk(job_id, index), mapping={k: str(v) for k, v in fields.items()})
@@ -296,6 +312,11 @@ class Ledger:
             pipe.hset(keys.r_frames(job_id), str(frame), f"{size_bytes}:{sha256}")
             pipe.hincrby(keys.r_renders(job_id), str(frame), 1)
             pipe.execute()
+
+    def forget_frame(self, job_id: str, frame: int) -> None:
+        """Drop a frame's record so the next render of its chunk makes it again."""
+        with _wrapped("forget a frame"):
+            self.r.hdel(keys.r_frames(job_id), str(frame))
 
     def render_counts(self, job_id: str) -> dict[int, int]:
         with _wrapped("read render counts"):
@@ -339,7 +360,10 @@ class Ledger:
         for chunk in self.chunks(job_id):
             index, state = int(chunk["index"]), chunk.get("state", "")
             if state in reopen:
-                self.move_chunk(job_id, index, ChunkState.QUEUED, failures=0, error="")
+                self.move_chunk(
+                    job_id, index, ChunkState.QUEUED,
+                    failures=0, lost_leases=0, interruptions=0, transients=0, error="",
+                )  # fmt: skip
             if self.chunk(job_id, index).get("state") in (
                 ChunkState.QUEUED,
                 ChunkState.INTERRUPTED,

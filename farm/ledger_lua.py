@@ -20,6 +20,9 @@ if not allowed then return {'refused', state, jstate} end
 if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'token') ~= ARGV[3] then
   return {'stale', state, ''}
 end
+if mode == 'expire' and tonumber(redis.call('HGET', KEYS[1], 'lease_expires') or '0') > tonumber(ARGV[9]) then
+  return {'refused', state, 'renewed'}  -- renewed since the reconciler looked: not expired
+end
 local token = redis.call('HGET', KEYS[1], 'token') or ''
 if mode == 'claim' then
   if jstate ~= 'queued' and jstate ~= 'running' then return {'refused', state, jstate} end
@@ -45,7 +48,16 @@ elseif mode == 'fail' or mode == 'expire' then
     end
   end
 elseif mode == 'interrupt' then
-  redis.call('HINCRBY', KEYS[1], 'interruptions', 1)
+  -- Interruptions spend no failure, but a chunk interrupted without end is still stopped.
+  local interruptions = redis.call('HINCRBY', KEYS[1], 'interruptions', 1)
+  if tonumber(ARGV[10]) > 0 and interruptions >= 3 * tonumber(ARGV[10]) then
+    target = 'failed'
+    if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
+      redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9], 'error',
+        'chunk ' .. redis.call('HGET', KEYS[1], 'index') .. ' was interrupted ' ..
+        tostring(interruptions) .. ' times')
+    end
+  end
 end
 local fields = cjson.decode(ARGV[6])
 for k, v in pairs(fields) do redis.call('HSET', KEYS[1], k, tostring(v)) end

@@ -6,6 +6,7 @@ notify), then SIGKILL after a grace period (the terminate), as openjd-sessions d
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import resource
@@ -81,11 +82,21 @@ def stop_group(pid: int, terminate_delay_s: float) -> None:
     threading.Thread(target=_kill, daemon=True).start()
 
 
-def _address_space_limit(limit_bytes: int) -> Callable[[], None]:
-    """Cap the child's address space: a runaway allocation fails in the child, not the host."""
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(limit_bytes: int) -> Callable[[], None]:
+    """In the child before exec: die with the worker (a killed worker must not leave Blender
+    rendering and holding the GPU), and cap the address space when asked, so a runaway
+    allocation fails in the child instead of starving the host."""
 
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+        try:
+            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # not Linux: the process group stop still applies
+            pass
+        if limit_bytes:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
     return apply
 
@@ -114,7 +125,7 @@ def run(
             start_new_session=True,
             env=dict(env) if env is not None else None,
             cwd=cwd,
-            preexec_fn=_address_space_limit(memory_limit_bytes) if memory_limit_bytes else None,
+            preexec_fn=_child_setup(memory_limit_bytes),
         )
     except FileNotFoundError as exc:
         raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc

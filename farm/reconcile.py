@@ -25,13 +25,26 @@ class Pass:
     requeued: list[tuple[str, int]] = field(default_factory=list)
     failed: list[tuple[str, int]] = field(default_factory=list)
     stitched: list[str] = field(default_factory=list)
+    resent: list[tuple[str, int]] = field(default_factory=list)
+    """Work whose message was lost, sent again (chunk -1: the stitch)."""
 
 
 class Reconciler:
-    def __init__(self, ledger: Ledger, dispatch: Dispatcher, *, max_lost_leases: int) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        dispatch: Dispatcher,
+        *,
+        max_lost_leases: int,
+        orphan_after_s: float = 60.0,
+        stitch_orphan_after_s: float = 900.0,
+    ) -> None:
         self.ledger = ledger
         self.dispatch = dispatch
         self.max_lost_leases = max_lost_leases
+        self.orphan_after_s = orphan_after_s
+        self.stitch_orphan_after_s = stitch_orphan_after_s
+        self._next_orphan_sweep = 0.0
 
     def expire_leases(self, result: Pass, now: float | None = None) -> None:
         for job_id, index in self.ledger.expired_leases(now):
@@ -53,6 +66,7 @@ class Reconciler:
                 index,
                 back_to,
                 token=chunk.get("token", ""),
+                only_from=frozenset({ChunkState(state)}),
                 mode="expire",
                 max_failures=self.max_lost_leases,
                 error=f"lease expired: worker {chunk.get('worker', '?')} stopped answering "
@@ -76,7 +90,7 @@ class Reconciler:
 
     def open_gates(self, result: Pass) -> None:
         """A worker that died between finishing the last chunk and sending the stitch is covered here."""
-        for job_id in self.ledger.job_ids(limit=200):
+        for job_id in self.ledger.job_ids(limit=1000):
             job = self.ledger.job(job_id)
             if job.get("state") == JobState.RUNNING and job.get("chunks_done") == job.get(
                 "chunks_total"
@@ -85,10 +99,50 @@ class Reconciler:
                     self.dispatch.stitch(job_id)
                     result.stitched.append(job_id)
 
+    def resend_orphans(self, result: Pass, now: float | None = None) -> None:
+        """Re-send work whose message was lost: a worker or the broker died between a ledger move
+        and the send. A chunk waiting longer than `orphan_after_s` while its queue is empty has
+        no message left anywhere (a duplicate would be harmless: only one claim can win)."""
+        now = now or time.time()
+        empty = {q: self.ledger.queue_length(q) == 0 for q in ("render", "encode", "stitch")}
+        for job_id in self.ledger.job_ids(limit=1000):
+            job = self.ledger.job(job_id)
+            state = job.get("state")
+            if state == JobState.STITCHING:
+                started = float(job.get("stitch_started") or now)
+                if empty["stitch"] and now - started > self.stitch_orphan_after_s:
+                    self.dispatch.stitch(job_id)
+                    result.resent.append((job_id, -1))
+                continue
+            if state not in (JobState.QUEUED, JobState.RUNNING):
+                continue
+            encode_job = job.get("kind") == "encode"
+            for chunk in self.ledger.chunks(job_id):
+                chunk_state = chunk.get("state")
+                since = float(chunk.get("updated") or job.get("created") or now)
+                if now - since < self.orphan_after_s:
+                    continue
+                index = int(chunk["index"])
+                if chunk_state in (ChunkState.QUEUED, ChunkState.INTERRUPTED):
+                    if encode_job and empty["encode"]:
+                        self.dispatch.transcode(job_id, index)
+                    elif not encode_job and empty["render"]:
+                        self.dispatch.render(job_id, index)
+                    else:
+                        continue
+                elif chunk_state == ChunkState.RENDERED and empty["encode"]:
+                    self.dispatch.encode(job_id, index)
+                else:
+                    continue
+                result.resent.append((job_id, index))
+
     def run_once(self) -> Pass:
         result = Pass()
         self.expire_leases(result)
         self.open_gates(result)
+        if time.monotonic() >= self._next_orphan_sweep:
+            self._next_orphan_sweep = time.monotonic() + self.orphan_after_s / 4
+            self.resend_orphans(result)
         return result
 
     def run_forever(self, interval_s: float) -> None:
@@ -96,7 +150,7 @@ class Reconciler:
         while True:
             try:
                 result = self.run_once()
-                if result.requeued or result.failed or result.stitched:
+                if result.requeued or result.failed or result.stitched or result.resent:
                     log.info("reconcile: %s", result)
             except FarmError as exc:
                 log.warning("reconcile pass failed, will retry: %s", exc)

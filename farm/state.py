@@ -45,9 +45,7 @@ class ChunkState(StrEnum):
 
 CHUNK_TRANSITIONS: dict[ChunkState, frozenset[ChunkState]] = {
     # Encode-job chunks have nothing to render: they go from QUEUED straight to ENCODING.
-    ChunkState.QUEUED: frozenset(
-        {ChunkState.RENDERING, ChunkState.ENCODING, ChunkState.CANCELLED}
-    ),
+    ChunkState.QUEUED: frozenset({ChunkState.RENDERING, ChunkState.ENCODING, ChunkState.CANCELLED}),
     ChunkState.RENDERING: frozenset(
         {
             ChunkState.RENDERED,
@@ -57,7 +55,9 @@ CHUNK_TRANSITIONS: dict[ChunkState, frozenset[ChunkState]] = {
             ChunkState.CANCELLED,
         }
     ),
-    ChunkState.RENDERED: frozenset({ChunkState.ENCODING, ChunkState.INTERRUPTED, ChunkState.CANCELLED}),
+    ChunkState.RENDERED: frozenset(
+        {ChunkState.ENCODING, ChunkState.INTERRUPTED, ChunkState.CANCELLED}
+    ),
     ChunkState.ENCODING: frozenset(
         {
             ChunkState.DONE,

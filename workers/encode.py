@@ -13,16 +13,16 @@ import time
 from pathlib import Path
 
 from farm import keys
-from farm.errors import LeaseLost, PermanentError
+from farm.errors import FramesMissing, LeaseLost, PermanentError
 from farm.proc import Running, run
 from farm.spec import JobSpec
 from farm.state import ChunkState
 from farm.store import sha256_file
-from workers import blender
+from workers import attempt, blender
 from workers.context import WorkerContext
 from workers.ffgraph import EncodeSettings, choose_encoder, fps_fraction, frames_to_segment_argv
 from workers.lease import LeaseKeeper
-from workers.media import probe_video
+from workers.media import VideoInfo, probe_video
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,7 @@ def gather_frames(
     for n, frame in enumerate(frames):
         record = records.get(frame)
         if record is None:
-            raise PermanentError(
-                f"frame {frame} has no record in the ledger; render the chunk again"
-            )
+            raise FramesMissing(f"frame {frame} has no record in the ledger; rendering it again")
         size, digest = record
         target = seq_dir / f"{n:06d}.png"
         local = blender.frame_file(rendered, frame)
@@ -49,7 +47,10 @@ def gather_frames(
         else:
             ctx.store.get_file(keys.frame_key(job_id, frame), target)
             if sha256_file(target) != digest:
-                raise PermanentError(f"frame {frame} in the store does not match its checksum")
+                ctx.ledger.forget_frame(job_id, frame)
+                raise FramesMissing(
+                    f"frame {frame} in the store does not match its checksum; rendering it again"
+                )
         entries.append(
             {"frame": frame, "key": keys.frame_key(job_id, frame), "size": size, "sha256": digest}
         )
@@ -72,10 +73,50 @@ def encode_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
     )
     if not claim.moved:
         return {"skipped": f"chunk is {claim.previous}"}
+    attempt.hold(claim.token)
+    work = ctx.job_dir(job_id) / f"encode-{index:05d}"
+    keeper = LeaseKeeper(
+        ctx.ledger,
+        job_id=job_id,
+        chunk=index,
+        token=claim.token,
+        lease_s=ctx.settings.lease_s,
+        renew_s=ctx.settings.lease_renew_s,
+        running=Running(),
+    )
+    try:
+        # The lease covers the whole attempt: gathering frames and uploading take time too.
+        with keeper:
+            frames, info, encoder, timing = _encode(ctx, keeper, job, work)
+        move = ctx.ledger.move_chunk(
+            job_id,
+            index,
+            ChunkState.DONE,
+            token=claim.token,
+            encoder=encoder,
+            encode_s=timing["encode_s"],
+            gather_s=timing["gather_s"],
+            segment_upload_s=timing["segment_upload_s"],
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for frame in frames:
+        blender.frame_file(ctx.job_dir(job_id) / "frames", frame).unlink(missing_ok=True)
+    if move.status not in ("ok", "same"):
+        raise LeaseLost(f"chunk {index}: could not record the segment ({move.status})")
+    if ctx.ledger.try_start_stitch(job_id):
+        ctx.dispatch.stitch(job_id)
+    return {"job_id": job_id, "chunk": index, "frames": info.frames, "encoder": encoder}
+
+
+def _encode(
+    ctx: WorkerContext, keeper: LeaseKeeper, job: dict[str, str], work: Path
+) -> tuple[list[int], VideoInfo, str, dict[str, float]]:
+    """Frames -> verified segment -> upload -> manifest (last), all under the keeper's lease."""
+    job_id, index = keeper.job_id, keeper.chunk
     started = time.monotonic()
     spec = JobSpec.from_json(json.loads(job["spec"]))
     frames: list[int] = json.loads(ctx.ledger.chunk(job_id, index)["frames"])
-    work = ctx.job_dir(job_id) / f"encode-{index:05d}"
     shutil.rmtree(work, ignore_errors=True)
     seq_dir = work / "seq"
     seq_dir.mkdir(parents=True)
@@ -94,21 +135,10 @@ def encode_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
         settings=settings,
         frame_count=len(frames),
     )
-    running = Running()
     log_path = work / "encode.log"
-    keeper = LeaseKeeper(
-        ctx.ledger,
-        job_id=job_id,
-        chunk=index,
-        token=claim.token,
-        lease_s=ctx.settings.lease_s,
-        renew_s=ctx.settings.lease_renew_s,
-        running=running,
-    )
-    with keeper:
-        result = run(argv, log_path=log_path, handle=running)
-    attempt = int(claim.token.split(":", 1)[0])
-    ctx.store.put_file(keys.log_key(job_id, index, attempt, "encode"), log_path)
+    result = run(argv, log_path=log_path, handle=keeper.running)
+    attempt_no = int(keeper.token.split(":", 1)[0])
+    ctx.store.put_file(keys.log_key(job_id, index, attempt_no, "encode"), log_path)
     if keeper.lost:
         raise LeaseLost(f"chunk {index}: lease {keeper.lost} while encoding")
     if not result.ok:
@@ -122,11 +152,13 @@ def encode_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
     segment_key = keys.segment_key(job_id, index)
     upload_started = time.monotonic()
+    if keeper.lost:  # never overwrite a newer attempt's segment
+        raise LeaseLost(f"chunk {index}: lease {keeper.lost} before the upload")
     ctx.store.put_file(segment_key, segment, intermediate=True)
     manifest = {
         "job_id": job_id,
         "chunk": index,
-        "attempt": attempt,
+        "attempt": attempt_no,
         "worker": ctx.name,
         "frames": entries,
         "frame_count": len(frames),
@@ -147,22 +179,9 @@ def encode_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
         },
     }
     ctx.store.put_json(keys.manifest_key(job_id, index), manifest)
-    upload_s = time.monotonic() - upload_started
-    move = ctx.ledger.move_chunk(
-        job_id,
-        index,
-        ChunkState.DONE,
-        token=claim.token,
-        encode_s=round(encoded_s, 3),
-        gather_s=round(gathered_s, 3),
-        segment_upload_s=round(upload_s, 3),
-        encoder=settings.encoder,
-    )
-    shutil.rmtree(work, ignore_errors=True)
-    for frame in frames:
-        blender.frame_file(ctx.job_dir(job_id) / "frames", frame).unlink(missing_ok=True)
-    if move.status not in ("ok", "same"):
-        raise LeaseLost(f"chunk {index}: could not record the segment ({move.status})")
-    if ctx.ledger.try_start_stitch(job_id):
-        ctx.dispatch.stitch(job_id)
-    return {"job_id": job_id, "chunk": index, "frames": info.frames, "encoder": settings.encoder}
+    timing = {
+        "encode_s": round(encoded_s, 3),
+        "gather_s": round(gathered_s, 3),
+        "segment_upload_s": round(time.monotonic() - upload_started, 3),
+    }
+    return frames, info, settings.encoder, timing

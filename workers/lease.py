@@ -46,22 +46,28 @@ class LeaseKeeper:
         self.lease_s = lease_s
         self.renew_s = min(renew_s, 2.0)
         self.running = running
-        self.should_stop = should_stop
-        self.upload_log = upload_log
+        self.should_stop: Callable[[], str] | None = should_stop
+        self.upload_log: Callable[[], None] | None = upload_log
         self.lost: str = ""
         """'' while held; 'lost' or 'cancelled' once the work must stop."""
         self.stopped_for: str = ""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"lease-{job_id}-{chunk}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"lease-{job_id}-{chunk}", daemon=True
+        )
 
     def _renew(self) -> bool:
         try:
             answer = self.ledger.renew(self.job_id, self.chunk, self.token, self.lease_s)
         except FarmError as exc:
-            log.warning("lease renewal for %s/%d failed, will retry: %s", self.job_id, self.chunk, exc)
+            log.warning(
+                "lease renewal for %s/%d failed, will retry: %s", self.job_id, self.chunk, exc
+            )
             return True
         if answer != "ok":
-            log.warning("chunk %s/%d: lease %s; stopping this attempt", self.job_id, self.chunk, answer)
+            log.warning(
+                "chunk %s/%d: lease %s; stopping this attempt", self.job_id, self.chunk, answer
+            )
             self.lost = answer
             self.running.stop()
             return False
@@ -76,16 +82,17 @@ class LeaseKeeper:
                 next_renew = now + self.renew_s
                 if not self._renew():
                     return
-            if self.should_stop and not self.stopped_for:
-                reason = self.should_stop()
+            should_stop, upload_log = self.should_stop, self.upload_log
+            if should_stop and not self.stopped_for:
+                reason = should_stop()
                 if reason:
                     log.warning("chunk %s/%d: %s; stopping", self.job_id, self.chunk, reason)
                     self.stopped_for = reason
                     self.running.stop()
-            if self.upload_log and now >= next_log:
+            if upload_log and now >= next_log:
                 next_log = now + LOG_UPLOAD_EVERY_S
                 try:
-                    self.upload_log()
+                    upload_log()
                 except FarmError as exc:
                     log.debug("log upload failed: %s", exc)
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm import keys
-from farm.errors import ChunkInterrupted, LeaseLost, PermanentError
+from farm.errors import ChunkInterrupted, LeaseLost, PermanentError, TransientError
 from farm.ledger import Ledger
 from farm.proc import Running, run
 from farm.spec import JobSpec
 from farm.state import ChunkState
 from farm.store import Store, sha256_file
-from workers import autochunk, blender, spot
+from workers import attempt, autochunk, blender, spot
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 
@@ -37,7 +37,7 @@ class FrameUploader:
     job_id: str
     chunk: int
     done: list[int] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    errors: list[Exception] = field(default_factory=list)
     upload_s: float = 0.0
     _queue: queue.Queue[tuple[int, Path] | None] = field(default_factory=queue.Queue)
     _thread: threading.Thread | None = None
@@ -48,6 +48,15 @@ class FrameUploader:
 
     def add(self, frame: int, path: Path) -> None:
         self._queue.put((frame, path))
+
+    def raise_errors(self) -> None:
+        """Store or Redis hiccups hand the chunk back (no attempt spent); anything else fails it."""
+        if not self.errors:
+            return
+        text = "; ".join(str(e) for e in self.errors[:5])
+        if all(isinstance(e, TransientError) for e in self.errors):
+            raise TransientError(f"{len(self.errors)} frame uploads failed: {text}")
+        raise PermanentError(f"{len(self.errors)} frame uploads failed: {text}")
 
     def finish(self) -> None:
         self._queue.put(None)
@@ -67,9 +76,9 @@ class FrameUploader:
                 self.ledger.set_chunk_fields(
                     self.job_id, self.chunk, frames_rendered=len(self.done)
                 )
-            except Exception as exc:  # reported after Blender ends; the chunk then fails
+            except Exception as exc:  # reported after Blender ends
                 log.exception("upload of frame %d failed", frame)
-                self.errors.append(f"frame {frame}: {exc}")
+                self.errors.append(exc)
             self.upload_s += time.monotonic() - started
 
 
@@ -118,23 +127,38 @@ def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
             "chunk %s/%d not claimed (%s, was %s)", job_id, index, claim.status, claim.previous
         )
         return {"skipped": f"chunk is {claim.previous}"}
+    attempt.hold(claim.token)
     started = time.monotonic()
-    spec = JobSpec.from_json(json.loads(job["spec"]))
-    frames = json.loads(ctx.ledger.chunk(job_id, index)["frames"])
-    scene = fetch_scene(ctx, job["scene_key"])
-    fetched_s = time.monotonic() - started
-    todo = frames_to_render(ctx, job_id, frames)
-    uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
-    saved_s: list[float] = []
-    timing: dict[str, float] = {}
-    if todo:
-        progress = _run_blender(ctx, job_id, index, claim.token, spec, scene, todo, uploader)
-        saved_s, timing = progress.saved_s, progress.timing()
-    elapsed = time.monotonic() - started
-    if timing:
-        ctx.ledger.set_chunk_fields(job_id, index, **timing)
-    if job.get("plan_pending") == "1":
-        autochunk.plan_rest(ctx, job_id, spec, saved_s, index)
+    # The lease is held from the claim to the last write, not only while Blender runs: a large
+    # scene download or a slow store must not let the reconciler hand the chunk to another worker.
+    keeper = LeaseKeeper(
+        ctx.ledger,
+        job_id=job_id,
+        chunk=index,
+        token=claim.token,
+        lease_s=ctx.settings.lease_s,
+        renew_s=ctx.settings.lease_renew_s,
+        running=Running(),
+    )
+    with keeper:
+        spec = JobSpec.from_json(json.loads(job["spec"]))
+        frames = json.loads(ctx.ledger.chunk(job_id, index)["frames"])
+        scene = fetch_scene(ctx, job["scene_key"])
+        fetched_s = time.monotonic() - started
+        todo = frames_to_render(ctx, job_id, frames)
+        uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
+        saved_s: list[float] = []
+        timing: dict[str, float] = {}
+        if todo:
+            progress = _run_blender(ctx, keeper, spec, scene, todo, uploader)
+            saved_s, timing = progress.saved_s, progress.timing()
+        elapsed = time.monotonic() - started
+        if timing:
+            ctx.ledger.set_chunk_fields(job_id, index, **timing)
+        if job.get("plan_pending") == "1":
+            autochunk.plan_rest(ctx, job_id, spec, saved_s, index)
+    if keeper.lost:
+        raise LeaseLost(f"chunk {index}: lease {keeper.lost} before the render was recorded")
     move = ctx.ledger.move_chunk(
         job_id,
         index,
@@ -146,7 +170,7 @@ def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
         frames_rendered=len(frames),
         frames_reused=len(frames) - len(todo),
     )
-    if not move.moved:
+    if move.status not in ("ok", "same"):  # 'same': a retried call already recorded it
         raise LeaseLost(f"chunk {index}: could not record the render ({move.status})")
     ctx.dispatch.encode(job_id, index)
     return {
@@ -213,21 +237,19 @@ class _Progress:
 
 def _run_blender(
     ctx: WorkerContext,
-    job_id: str,
-    index: int,
-    token: str,
+    keeper: LeaseKeeper,
     spec: JobSpec,
     scene: Path,
     todo: list[int],
     uploader: FrameUploader,
 ) -> _Progress:
-    """Render `todo` while holding the lease; raise what the outcome means for the chunk.
-    Returns the seconds from Blender's launch to each frame's `Saved:` line."""
+    """Render `todo` under the keeper's lease; raise what the outcome means for the chunk."""
+    job_id, index = keeper.job_id, keeper.chunk
     out_dir = ctx.job_dir(job_id) / "frames"
     out_dir.mkdir(parents=True, exist_ok=True)
-    attempt = _attempt(token)
-    log_path = ctx.job_dir(job_id) / f"render-{index:05d}-{attempt}.log"
-    log_key = keys.log_key(job_id, index, attempt, "render")
+    attempt_no = _attempt(keeper.token)
+    log_path = ctx.job_dir(job_id) / f"render-{index:05d}-{attempt_no}.log"
+    log_key = keys.log_key(job_id, index, attempt_no, "render")
     settings = blender.RenderSettings(
         width=spec.resolution.width,
         height=spec.resolution.height,
@@ -239,7 +261,6 @@ def _run_blender(
         blender=ctx.settings.blender, scene=scene, out_dir=out_dir, frames=todo, settings=settings
     )
     progress = _Progress()
-    running = Running()
 
     def spot_check() -> str:
         deadline = ctx.drain.deadline
@@ -255,39 +276,35 @@ def _run_blender(
             return ""
         return f"spot interruption: {remaining} frames cannot finish before the deadline"
 
-    keeper = LeaseKeeper(
-        ctx.ledger,
-        job_id=job_id,
-        chunk=index,
-        token=token,
-        lease_s=ctx.settings.lease_s,
-        renew_s=ctx.settings.lease_renew_s,
-        running=running,
-        should_stop=spot_check,
-        upload_log=lambda: ctx.store.put_file(log_key, log_path),
-    )
+    keeper.should_stop = spot_check
+    keeper.upload_log = lambda: ctx.store.put_file(log_key, log_path)
     # A memory cap protects the host from a runaway scene; CUDA maps huge address ranges, so the
     # cap only applies to CPU renders.
     limit_mb = ctx.settings.render_memory_limit_mb if settings.device == "CPU" else 0
     uploader.start()
-    with keeper:
+    try:
         result = run(
             argv,
             on_line=lambda line: progress.on_line(line, uploader),
             log_path=log_path,
-            handle=running,
+            handle=keeper.running,
             memory_limit_bytes=limit_mb * 1024 * 1024,
         )
+    finally:
         uploader.finish()
+        keeper.should_stop = keeper.upload_log = None
     ctx.store.put_file(log_key, log_path)
     if keeper.lost:
         raise LeaseLost(f"chunk {index}: lease {keeper.lost} while rendering")
     if keeper.stopped_for:
         raise ChunkInterrupted(f"chunk {index}: {keeper.stopped_for}")
-    if result.returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
-        # Stopped from outside (the worker is shutting down), not a crash of the scene.
+    stopped = result.returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
+    if stopped and (ctx.drain.active.is_set() or result.stopped):
+        # Stopped because the worker is going away, not a crash of the scene.
         raise ChunkInterrupted(f"chunk {index}: Blender was stopped (signal {-result.returncode})")
     if not result.ok:
+        # A SIGKILL nobody here sent is the kernel's OOM killer: a failure of the scene, with
+        # a budget, never an interruption that could loop forever.
         how = (
             f"crashed ({signal.Signals(-result.returncode).name})"
             if result.returncode < 0
@@ -297,8 +314,7 @@ def _run_blender(
         where = f" on frame {frame}" if frame is not None else ""
         tail = "\n".join(result.tail[-25:])
         raise PermanentError(f"Blender {how}{where}:\n{tail}")
-    if uploader.errors:
-        raise PermanentError("; ".join(uploader.errors))
+    uploader.raise_errors()
     missing = sorted(set(todo) - set(uploader.done))
     if missing:
         raise PermanentError(f"Blender reported success but frames {missing} were not saved")

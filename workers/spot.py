@@ -51,8 +51,14 @@ def parse_rebalance(body: str) -> Rebalance:
     return Rebalance(notice_time=when)
 
 
-def can_finish(*, remaining_frames: int, frame_time_s: float, deadline: float, now: float,
-               margin_s: float = 20.0) -> bool:
+def can_finish(
+    *,
+    remaining_frames: int,
+    frame_time_s: float,
+    deadline: float,
+    now: float,
+    margin_s: float = 20.0,
+) -> bool:
     """Keep rendering only if the remaining frames (plus upload and hand-over margin) fit."""
     if remaining_frames <= 0:
         return True
@@ -84,7 +90,9 @@ class SpotWatcher:
         self._seen_rebalance = False
         self._stop = threading.Event()
 
-    def _request(self, path: str, method: str = "GET", headers: dict[str, str] | None = None) -> str | None:
+    def _request(
+        self, path: str, method: str = "GET", headers: dict[str, str] | None = None
+    ) -> str | None:
         request = urllib.request.Request(self.base_url + path, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
@@ -110,7 +118,11 @@ class SpotWatcher:
             if body:
                 self._seen_interruption = True
                 notice = parse_instance_action(body)
-                log.warning("spot %s notice: deadline in %.0f s", notice.action, notice.deadline - time.time())
+                log.warning(
+                    "spot %s notice: deadline in %.0f s",
+                    notice.action,
+                    notice.deadline - time.time(),
+                )
                 self.on_interruption(notice)
         if not self._seen_rebalance and not self._seen_interruption:
             body = self._get(REBALANCE_PATH)

@@ -15,8 +15,16 @@ from typing import Any
 from celery import Celery
 
 from farm.dispatch import ENCODE_TASK, RENDER_TASK, STITCH_TASK, TRANSCODE_TASK
-from farm.errors import ChunkInterrupted, FarmError, LeaseLost, PermanentError, TransientError
-from farm.state import ChunkState
+from farm.errors import (
+    ChunkInterrupted,
+    FarmError,
+    FramesMissing,
+    LeaseLost,
+    PermanentError,
+    TransientError,
+)
+from farm.state import ChunkState, JobState
+from workers import attempt
 from workers.context import WorkerContext
 from workers.encode import encode_chunk
 from workers.render import render_chunk
@@ -72,20 +80,30 @@ def run_chunk_phase(
     if kept_off(ctx, job_id, "render" if phase == "render" else "encode"):
         resend(job_id, chunk, 2.0)
         return {"job_id": job_id, "chunk": chunk, "handed_back": "blocklisted on this job"}
-    token = ""
+    attempt.release()
     try:
         return work(ctx, job_id, chunk)
     except LeaseLost as exc:
         log.warning("%s", exc)
+        _release_if_job_failed(ctx, job_id, chunk, back_to)
         return {"job_id": job_id, "chunk": chunk, "lost": str(exc)}
     except (ChunkInterrupted, TransientError) as exc:
-        token = ctx.ledger.chunk(job_id, chunk).get("token", "")
+        token = attempt.held()
         interrupted = isinstance(exc, ChunkInterrupted)
+        if not token:  # failed before the claim: the chunk is untouched, the message is not
+            resend(job_id, chunk, backoff_s(2))
+            return {"job_id": job_id, "chunk": chunk, "handed_back": str(exc)}
+        transients = 0 if interrupted else ctx.ledger.bump(job_id, chunk, "transients")
+        if transients > MAX_TRANSIENT:
+            return _fail(ctx, job_id, chunk, phase, back_to, resend, token, PermanentError(
+                f"gave up after {transients} transient errors; the last: {exc}"
+            ))  # fmt: skip
         if interrupted:
             # Marked interrupted and sent again at once; the next claim takes it from there.
             move = ctx.ledger.move_chunk(
-                job_id, chunk, ChunkState.INTERRUPTED, token=token, mode="interrupt", error=str(exc)
-            )
+                job_id, chunk, ChunkState.INTERRUPTED, token=token, mode="interrupt", error=str(exc),
+                max_failures=ctx.settings.max_lost_leases,
+            )  # fmt: skip
             resend = ctx.dispatch.transcode if phase == "transcode" else ctx.dispatch.render
         elif phase == "transcode":
             # ENCODING -> QUEUED is a failure move only; hand back through INTERRUPTED instead.
@@ -98,36 +116,60 @@ def run_chunk_phase(
             move = ctx.ledger.move_chunk(
                 job_id, chunk, back_to, token=token, error=f"transient: {exc}"
             )
-        if move.moved:
-            resend(job_id, chunk, 0 if interrupted else backoff_s(1))
+        if move.moved and move.target != ChunkState.FAILED:
+            resend(job_id, chunk, 0 if interrupted else backoff_s(transients))
         return {"job_id": job_id, "chunk": chunk, "handed_back": str(exc)}
     except PermanentError as exc:
-        ctx.ledger.blame(job_id, ctx.name)
-        token = ctx.ledger.chunk(job_id, chunk).get("token", "")
-        move = ctx.ledger.move_chunk(
-            job_id,
-            chunk,
-            back_to,
-            token=token,
-            mode="fail",
-            max_failures=ctx.settings.max_attempts,
-            error=str(exc)[-4000:],
-            failed_at=time.time(),
-        )
-        if move.moved and move.target == str(back_to):
-            failures = int(ctx.ledger.chunk(job_id, chunk).get("failures", 1))
-            resend(job_id, chunk, backoff_s(failures))
-            log.warning(
-                "chunk %s/%d %s failed (%d so far), retrying: %s",
-                job_id,
-                chunk,
-                phase,
-                failures,
-                exc,
-            )
-        else:
-            log.error("chunk %s/%d failed for good: %s", job_id, chunk, exc)
+        return _fail(ctx, job_id, chunk, phase, back_to, resend, attempt.held(), exc)
+    except Exception as exc:  # a bug or an unclassified error: a failure with a budget, not a hang
+        log.exception("chunk %s/%d %s raised", job_id, chunk, phase)
+        wrapped = PermanentError(f"{type(exc).__name__}: {exc}")
+        return _fail(ctx, job_id, chunk, phase, back_to, resend, attempt.held(), wrapped)
+
+
+MAX_TRANSIENT = 20
+"""Transient hand-backs of one chunk before it counts as a failure (an outage of ~an hour)."""
+
+
+def _release_if_job_failed(
+    ctx: WorkerContext, job_id: str, chunk: int, back_to: ChunkState
+) -> None:
+    """Stopped because another chunk failed the job: put ours back unspent for `farm retry`."""
+    token = attempt.held()
+    if token and ctx.ledger.job(job_id).get("state") == "failed":
+        ctx.ledger.move_chunk(job_id, chunk, back_to, token=token, error="stopped: the job failed")
+
+
+def _fail(
+    ctx: WorkerContext,
+    job_id: str,
+    chunk: int,
+    phase: str,
+    back_to: ChunkState,
+    resend: Callable[[str, int, float], str],
+    token: str,
+    exc: PermanentError,
+) -> dict[str, object]:
+    """Spend one attempt of the chunk's budget, then retry with backoff or fail the job."""
+    ctx.ledger.blame(job_id, ctx.name)
+    if isinstance(exc, FramesMissing):  # the frames, not the encode, need doing again
+        back_to, resend = ChunkState.QUEUED, ctx.dispatch.render
+    if not token:
+        log.error("chunk %s/%d %s failed before it was claimed: %s", job_id, chunk, phase, exc)
+        resend(job_id, chunk, backoff_s(3))
         return {"job_id": job_id, "chunk": chunk, "failed": str(exc)[-500:]}
+    move = ctx.ledger.move_chunk(
+        job_id, chunk, back_to, token=token, mode="fail", max_failures=ctx.settings.max_attempts,
+        error=str(exc)[-4000:], failed_at=time.time(),
+    )  # fmt: skip
+    if move.moved and move.target == str(back_to):
+        failures = int(ctx.ledger.chunk(job_id, chunk).get("failures", 1))
+        resend(job_id, chunk, backoff_s(failures))
+        log.warning("chunk %s/%d %s failed (%d so far), retrying: %s", job_id, chunk, phase,
+                    failures, exc)  # fmt: skip
+    else:
+        log.error("chunk %s/%d failed for good: %s", job_id, chunk, exc)
+    return {"job_id": job_id, "chunk": chunk, "failed": str(exc)[-500:]}
 
 
 def register(app: Celery, get_ctx: Callable[[], WorkerContext]) -> None:
@@ -145,7 +187,18 @@ def register(app: Celery, get_ctx: Callable[[], WorkerContext]) -> None:
 
     @app.task(name=STITCH_TASK, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
     def stitch(job_id: str) -> dict[str, Any]:
+        ctx = get_ctx()
         try:
-            return stitch_job(get_ctx(), job_id)
+            return stitch_job(ctx, job_id)
+        except TransientError as exc:
+            # The job stays STITCHING; try again shortly (the reconciler re-sends it too).
+            log.warning("stitch of %s hit a transient error, retrying: %s", job_id, exc)
+            ctx.dispatch.stitch(job_id, countdown_s=backoff_s(2))
+            return {"job_id": job_id, "retrying": str(exc)[-500:]}
         except FarmError as exc:
+            return {"job_id": job_id, "failed": str(exc)[-500:]}
+        except Exception as exc:  # never leave a job in STITCHING with nothing to drive it
+            log.exception("stitch of %s raised", job_id)
+            ctx.ledger.move_job(job_id, JobState.FAILED, error=f"stitch failed: {exc}",
+                                finished=time.time())  # fmt: skip
             return {"job_id": job_id, "failed": str(exc)[-500:]}

@@ -21,6 +21,7 @@ from farm.proc import Running, capture, run
 from farm.spec import EncoderChoice, JobKind, JobSpec
 from farm.state import ChunkState
 from farm.store import sha256_file
+from workers.attempt import hold as hold_claim
 from workers.context import WorkerContext
 from workers.ffgraph import EncodeSettings, choose_encoder
 from workers.lease import LeaseKeeper
@@ -95,6 +96,7 @@ def transcode_segment(ctx: WorkerContext, job_id: str, index: int) -> dict[str, 
     )
     if not claim.moved:
         return {"skipped": f"chunk is {claim.previous}"}
+    hold_claim(claim.token)
     started = time.monotonic()
     spec = JobSpec.from_json(json.loads(job["spec"]))
     assert spec.master is not None, "encode jobs carry their master's probe"
@@ -140,7 +142,9 @@ def transcode_segment(ctx: WorkerContext, job_id: str, index: int) -> dict[str, 
     ctx.store.put_file(keys.log_key(job_id, index, attempt, "transcode"), log_path)
     if keeper.lost:
         raise LeaseLost(f"chunk {index}: lease {keeper.lost} while transcoding")
-    if ctx.stopping.is_set() or result.returncode in (-signal.SIGTERM, -signal.SIGKILL):
+    stopped = result.returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
+    if not result.ok and stopped and (ctx.stopping.is_set() or result.stopped):
+        # Stopped because the worker is going away; a finished segment is kept even then.
         raise ChunkInterrupted(f"chunk {index}: worker interrupted while transcoding")
     if not result.ok:
         tail = "\n".join(result.tail[-20:]).replace(source, "<master URL>")

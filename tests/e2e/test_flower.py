@@ -27,7 +27,9 @@ def test_flower_lists_workers_and_the_jobs_tasks(local_farm: LocalFarm) -> None:
     deadline = time.monotonic() + 60
     names: list[str] = []
     while time.monotonic() < deadline:
-        workers = requests.get(f"{s['flower_url']}/api/workers", auth=auth, timeout=30).json()
+        workers = requests.get(
+            f"{s['flower_url']}/api/workers?refresh=1", auth=auth, timeout=30
+        ).json()
         tasks = requests.get(f"{s['flower_url']}/api/tasks", auth=auth, timeout=30).json()
         names = [t["name"] for t in tasks.values() if job_id in (t.get("kwargs") or "")]
         if len(names) >= 5 and len(workers) >= 2:

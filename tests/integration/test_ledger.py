@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from farm.errors import UnreachableError
@@ -125,10 +127,28 @@ def test_a_stray_encode_message_cannot_claim_an_unrendered_chunk(ledger: Ledger)
 
 def test_an_expired_lease_spends_its_own_budget_not_the_failure_budget(ledger: Ledger) -> None:
     _job(ledger)
-    claim = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    claim = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=0.01)
+    time.sleep(0.05)
     move = ledger.move_chunk(
         "j1", 0, ChunkState.QUEUED, token=claim.token, mode="expire", max_failures=6
     )
     chunk = ledger.chunk("j1", 0)
     assert move.moved and chunk["state"] == ChunkState.QUEUED
     assert (chunk["lost_leases"], chunk["failures"]) == ("1", "0")
+
+
+def test_a_lease_renewed_after_the_reconciler_looked_is_not_taken(ledger: Ledger) -> None:
+    _job(ledger)
+    claim = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    move = ledger.move_chunk(
+        "j1", 0, ChunkState.QUEUED, token=claim.token, mode="expire", max_failures=6
+    )
+    assert (move.status, move.token) == ("refused", "renewed")
+    assert ledger.chunk("j1", 0)["state"] == ChunkState.RENDERING
+
+
+def test_queue_length_counts_celery_messages(ledger: Ledger) -> None:
+    ledger.r.lpush("render", "m1", "m2")
+    ledger.r.lpush("render\x06\x163", "m3")
+    assert ledger.queue_length("render") == 3
+    assert ledger.queue_length("encode") == 0
