@@ -15,6 +15,8 @@ import shutil
 import socket
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,21 @@ def _wait_for(what: str, check: Any, timeout_s: float, log_path: Path) -> None:
     raise UnreachableError(
         f"{what} did not come up within {timeout_s:.0f} s ({last}); see {log_path}"
     )
+
+
+def _http_answers(url: str) -> None:
+    """Any HTTP answer will do (Flower says 401 without credentials): the server is up."""
+    try:
+        urllib.request.urlopen(url + "/healthcheck", timeout=2).close()
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as exc:
+        raise UnreachableError(str(exc)) from exc
+
+
+def _enough(have: int, want: int) -> None:
+    if have < want:
+        raise UnreachableError(f"{have} of {want} registered")
 
 
 def _start_redis(farm: Farm, password: str) -> None:
@@ -253,6 +270,13 @@ def up(
             env=env,
         )
         farm.save()
+        _wait_for("Flower", lambda: _http_answers(settings.flower_url), 60, data / "logs/flower.log")
+        _wait_for(
+            f"{workers} workers",
+            lambda: _enough(len(ledger.workers()), workers),
+            120,
+            data / "logs/worker1.log",
+        )
     except FarmError:
         down(data)
         raise
