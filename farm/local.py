@@ -270,7 +270,9 @@ def up(
             env=env,
         )
         farm.save()
-        _wait_for("Flower", lambda: _http_answers(settings.flower_url), 60, data / "logs/flower.log")
+        _wait_for(
+            "Flower", lambda: _http_answers(settings.flower_url), 60, data / "logs/flower.log"
+        )
         _wait_for(
             f"{workers} workers",
             lambda: _enough(len(ledger.workers()), workers),

