@@ -47,7 +47,7 @@ up: venv
 down:
 	$(BIN)/farm down --data $(DATA)
 
-test: setup
+test: setup lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider --durations=15
 
 unit: venv
