@@ -1,6 +1,6 @@
 """A discrete-event simulation (heapq) of a spot GPU fleet rendering one job with the farm's own
 planner (farm.plan), chunk sizing (farm.chunking) and retry policy (workers.tasks.backoff_s and
-Settings.max_attempts). Deterministic for a seed; the same seed gives every policy the same
+Settings.max_attempts / max_lost_leases). Deterministic for a seed; the same seed gives every policy the same
 frame times, boot times and reclaim times (common random numbers), so policies compare fairly.
 """
 
@@ -121,9 +121,7 @@ class Sim:
             startup_h=self.startup_s / 3600,
             interruptions=self.reclaims,
             failed=self.failed,
-            fails_as_built=any(
-                n + self.failures.get(c, 0) >= self.f.max_attempts for c, n in self.hits.items()
-            ),
+            most_lost_leases=max(self.hits.values(), default=0),
         )
 
     # ── events ────────────────────────────────────────────────────────────────────────────
@@ -142,15 +140,17 @@ class Sim:
         task = inst.task
         if task is not None:
             self._cut_short(task)
-            # Nobody hands it back: the lease expires (renewed every lease/3) and a reconcile pass
-            # takes it back, spending a failure as the ledger's 'fail' mode does.
+            # Without a spot notice nobody hands it back: the lease expires (renewed every lease/3)
+            # and a reconcile pass takes it back, spending one of the chunk's lost-lease budget
+            # (the ledger's 'expire' mode), not one of its failures.
             rng = random.Random(f"{self.seed}:detect:{self.reclaims}")
             detect = rng.uniform(self.f.lease_s * 2 / 3, self.f.lease_s)
             detect += rng.uniform(0, self.f.reconcile_s)
-            # The design hands an interrupted chunk back without spending a failure; the code as
-            # built has no spot watcher yet, so its lease expires and spends one: counted apart.
             self.hits[task.chunk] = self.hits.get(task.chunk, 0) + 1
-            self._at(self.now + detect, "requeue", task.chunk, task.kind)
+            if self.hits[task.chunk] >= self.f.max_lost_leases:
+                self.failed = f"chunk {task.chunk} lost its worker {self.hits[task.chunk]} times"
+            else:
+                self._at(self.now + detect, "requeue", task.chunk, task.kind)
         self._launch(self.f.gpus + self.reclaims)  # the auto-scaling group replaces it
 
     def _cut_short(self, task: _Task) -> None:

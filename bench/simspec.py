@@ -31,6 +31,7 @@ class Fleet:
     lease_s: float = Settings().lease_s
     reconcile_s: float = Settings().reconcile_interval_s
     max_attempts: int = Settings().max_attempts
+    max_lost_leases: int = Settings().max_lost_leases
     spot_price_h: float = 0.45
     """g5.xlarge (A10G) spot, us-east-1, a typical 2026 price; an assumption, not a quote."""
     on_demand_price_h: float = 1.006
@@ -50,8 +51,8 @@ class Outcome:
     """Blender start-ups plus instance boots."""
     interruptions: int
     failed: str = ""
-    fails_as_built: bool = False
-    """Whether a chunk met max_attempts reclaims + crashes (a lease expiry spends a failure)."""
+    most_lost_leases: int = 0
+    """The most times one chunk lost its worker (the job fails at max_lost_leases)."""
 
     @property
     def ratio(self) -> float:

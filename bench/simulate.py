@@ -65,7 +65,7 @@ def sweep(
 def text_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| reclaims/h | chunk | n | makespan s | /ideal | vs best fixed | GPU-h | lost GPU-h | "
-        "start-up GPU-h | reclaims | spot $ | on-demand $ | fails as built |",
+        "start-up GPU-h | reclaims | spot $ | on-demand $ | most lost leases of a chunk |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -76,7 +76,7 @@ def text_table(rows: list[dict[str, Any]]) -> str:
             f"{r['makespan_s']:.0f} | {r['ratio_to_ideal']:.3f} | {vs} | {r['gpu_hours']:.0f} | "
             f"{r['lost_h']:.2f} | {r['startup_h']:.1f} | {r['interruptions']} | "
             f"{r['cost_spot']:.0f} | {r['cost_on_demand']:.0f} | "
-            f"{'yes' if r['fails_as_built'] else ''}{fail} |"
+            f"{r['most_lost_leases']}{fail} |"
         )
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """The simulator against a real local farm on the same small case. S and F are measured on this
-machine first (one direct Blender run per worker at once, an encode and a stitch), then the
-simulator predicts the job's makespan and the farm renders it; they must agree within TOLERANCE.
+machine (one direct Blender run per worker at once, before and after the farm run; an encode and
+a stitch), then the simulator predicts the job's makespan and the farm renders it; they must
+agree within TOLERANCE, and within IN_RUN_TOLERANCE given what the workers measured in the run.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from workers import blender
 from workers.ffgraph import EncodeSettings, concat_argv, concat_list, frames_to_segment_argv
 from workers.media import probe_video
 
-TOLERANCE = 0.30
-"""Relative error allowed on the makespan: a 2-core machine shared with other work is noisy."""
+TOLERANCE = 0.40
+"""Relative error allowed on the makespan predicted from S and F measured beside the run: a
+2-core machine shared with other work drifts between the measurement and the run."""
+IN_RUN_TOLERANCE = 0.15
+"""Relative error allowed when S and F come from the workers' own records of the run."""
 FRAMES, CHUNK, WIDTH, HEIGHT, SAMPLES = 24, 6, 320, 180, 4
 
 
@@ -45,18 +49,25 @@ def _blender(out: Path) -> list[float]:
     return saved
 
 
-def _measure(tmp: Path, workers: int) -> tuple[Measurement, float, float]:
-    """S and F from one Blender run per worker at once (as the farm's workers share the cores),
-    then one chunk's encode and the stitch of the job's segments."""
-    out, seq = tmp / "frames", tmp / "seq"
-    seq.mkdir(parents=True)
+def _blender_wave(out: Path, workers: int) -> list[Measurement]:
+    """One Blender run per worker at once, as the farm's workers share the cores."""
     with ThreadPoolExecutor(workers) as pool:
         runs = list(pool.map(_blender, [out / str(i) for i in range(workers)]))
-    each = [measure_saved_times(r) for r in runs]
-    m = Measurement(
+    return [measure_saved_times(r) for r in runs]
+
+
+def _mean(each: list[Measurement]) -> Measurement:
+    return Measurement(
         startup_s=statistics.mean(x.startup_s for x in each),
         frame_s=statistics.mean(x.frame_s for x in each),
     )
+
+
+def _measure(tmp: Path, workers: int) -> tuple[list[Measurement], float, float]:
+    """S and F of a wave of Blender runs, then one chunk's encode and the job's stitch."""
+    out, seq = tmp / "frames", tmp / "seq"
+    seq.mkdir(parents=True)
+    m = _blender_wave(out, workers)
     out = out / "0"
     for n in range(CHUNK):
         os.link(blender.frame_file(out, n + 1), seq / f"{n:06d}.png")
@@ -83,27 +94,43 @@ def _measure(tmp: Path, workers: int) -> tuple[Measurement, float, float]:
     return m, encode_s, stitch_s
 
 
-def test_simulated_makespan_matches_the_local_farm(bench_farm: LocalFarm, tmp_path: Path) -> None:
-    m, encode_s, stitch_s = _measure(tmp_path, bench_farm.workers)
+def _predict(m: Measurement, encode_s: float, stitch_s: float, workers: int) -> float:
     work = Workload(
         frames=FRAMES, startup_s=m.startup_s, frame_s=m.frame_s, frame_cv=0.1,
         encode_startup_s=encode_s, encode_frame_s=0.0, stitch_s=stitch_s, task_latency_s=0.05,
     )  # fmt: skip
-    predicted = simulate(work, Fleet(gpus=bench_farm.workers, boot_s=0.0), CHUNK).makespan_s
+    return simulate(work, Fleet(gpus=workers, boot_s=0.0), CHUNK).makespan_s
 
+
+def test_simulated_makespan_matches_the_local_farm(bench_farm: LocalFarm, tmp_path: Path) -> None:
+    before, encode_s, stitch_s = _measure(tmp_path, bench_farm.workers)
     out = bench_farm.farm(
         "submit", str(SCENE), "--frames", f"1-{FRAMES}", "--chunk-size", str(CHUNK),
         "--resolution", f"{WIDTH}x{HEIGHT}", "--samples", str(SAMPLES), "--wait", "--json",
     )  # fmt: skip
-    job_id = json.loads(out.stdout)["id"]
-    events = bench_farm.ledger().events(job_id)
-    t = {e["event"]: e["t"] for e in reversed(events)}
+    # Measured again after the run: the mean brackets the farm's run on a machine whose load moves.
+    m = _mean(before + _blender_wave(tmp_path / "after", bench_farm.workers))
+    predicted = _predict(m, encode_s, stitch_s, bench_farm.workers)
+    ledger, job_id = bench_farm.ledger(), json.loads(out.stdout)["id"]
+    t = {e["event"]: e["t"] for e in reversed(ledger.events(job_id))}
     real = t["job-done"] - t["submitted"]
+    # The same prediction from what the farm's workers measured during this very run: it checks
+    # the simulator's scheduling without the drift of a busy machine between measurement and run.
+    chunks = ledger.chunks(job_id)
+    own = _mean(
+        [Measurement(startup_s=float(c["blender_startup_s"]), frame_s=float(c["frame_s"]))
+         for c in chunks]
+    )  # fmt: skip
+    own_encode = statistics.mean(float(c["encode_s"]) + float(c["gather_s"]) for c in chunks)
+    own_stitch = float(ledger.job(job_id)["stitch_s"])
+    in_run = _predict(own, own_encode, own_stitch, bench_farm.workers)
 
-    error = abs(real - predicted) / real
+    error, in_run_error = abs(real - predicted) / real, abs(real - in_run) / real
     print(
-        f"\nS={m.startup_s:.2f} s F={m.frame_s:.3f} s encode={encode_s:.2f} s "
-        f"stitch={stitch_s:.2f} s; simulated {predicted:.2f} s, farm {real:.2f} s, "
-        f"error {error:.1%} (tolerance {TOLERANCE:.0%})"
+        f"\nmeasured first: S={m.startup_s:.2f} s F={m.frame_s:.3f} s encode={encode_s:.2f} s "
+        f"stitch={stitch_s:.2f} s -> simulated {predicted:.2f} s; in-run: S={own.startup_s:.2f} s "
+        f"F={own.frame_s:.3f} s -> {in_run:.2f} s; farm {real:.2f} s; errors {error:.1%} "
+        f"(tolerance {TOLERANCE:.0%}) and {in_run_error:.1%} ({IN_RUN_TOLERANCE:.0%})"
     )
+    assert in_run_error <= IN_RUN_TOLERANCE, f"simulated {in_run:.2f} s vs farm {real:.2f} s"
     assert error <= TOLERANCE, f"simulated {predicted:.2f} s vs farm {real:.2f} s"
