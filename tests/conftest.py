@@ -117,13 +117,14 @@ def fresh_farm(tmp_path: Path) -> Iterator[LocalFarm]:
         farm.farm("down", "--data", str(farm.data), timeout=120)
 
 
-def ffprobe(path: Path) -> dict[str, Any]:
+def ffprobe(path: Path, count: str = "frames") -> dict[str, Any]:
+    """Streams and format as ffprobe reports them, counting decoded frames (or packets)."""
     out = subprocess.run(
         [
             "ffprobe",
             "-v",
             "error",
-            "-count_frames",
+            f"-count_{count}",
             "-show_streams",
             "-show_format",
             "-of",

@@ -9,6 +9,8 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -64,10 +66,7 @@ def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, object]:
         from workers.transcode_stitch import stitch_master  # it builds on verified_segments
 
         return stitch_master(ctx, job_id, job, spec)
-    work = ctx.job_dir(job_id) / "stitch"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
+    with stitch_workspace(ctx, job_id) as work:
         segments = verified_segments(ctx, job_id, int(job["chunks_total"]), work)
         list_file = work / "segments.txt"
         list_file.write_text(concat_list(segments))
@@ -91,9 +90,18 @@ def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, object]:
                 f"{info.fps} fps; asked for {expected[0]} frames at {expected[1]}x{expected[2]}, "
                 f"{expected[3]} fps"
             )
-        output_key = keys.output_key(job_id)
-        ctx.store.put_file(output_key, out)
-        size_bytes = out.stat().st_size
+        output_key = deliver(ctx, job_id, out, started)
+    return {"job_id": job_id, "output": output_key, "frames": info.frames}
+
+
+@contextmanager
+def stitch_workspace(ctx: WorkerContext, job_id: str) -> Iterator[Path]:
+    """A clean work folder for the stitch, removed after; a permanent error fails the job."""
+    work = ctx.job_dir(job_id) / "stitch"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        yield work
     except PermanentError as exc:
         ctx.ledger.move_job(
             job_id, JobState.FAILED, error=f"stitch failed: {exc}", finished=time.time()
@@ -101,12 +109,19 @@ def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, object]:
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def deliver(ctx: WorkerContext, job_id: str, out: Path, started: float, **timings: float) -> str:
+    """Upload the verified deliverable and mark the job done; returns its key."""
+    output_key = keys.output_key(job_id)
+    ctx.store.put_file(output_key, out)
     ctx.ledger.move_job(
         job_id,
         JobState.DONE,
         output=output_key,
-        output_size=size_bytes,
+        output_size=out.stat().st_size,
         stitch_s=round(time.monotonic() - started, 3),
         finished=time.time(),
+        **timings,
     )
-    return {"job_id": job_id, "output": output_key, "frames": info.frames}
+    return output_key

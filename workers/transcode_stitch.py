@@ -5,7 +5,6 @@ master's audio carried over once, then prove the result matches the master frame
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,9 @@ from farm.errors import PermanentError
 from farm.master import MasterInfo
 from farm.proc import capture, run
 from farm.spec import JobSpec
-from farm.state import JobState
 from workers.context import WorkerContext
 from workers.ffgraph import concat_list
-from workers.stitch import verified_segments
+from workers.stitch import deliver, stitch_workspace, verified_segments
 from workers.transcode import master_source
 from workers.transcode_graph import mux_argv
 
@@ -122,11 +120,8 @@ def stitch_master(
     assert spec.master is not None, "encode jobs carry their master's probe"
     master = spec.master
     started = time.monotonic()
-    work = ctx.job_dir(job_id) / "stitch"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     total = int(job["chunks_total"])
-    try:
+    with stitch_workspace(ctx, job_id) as work:
         segments = verified_segments(ctx, job_id, total, work)
         encoders = [
             ctx.store.get_json(keys.manifest_key(job_id, i))["encoder"] for i in range(total)
@@ -159,23 +154,5 @@ def stitch_master(
                 + tail.replace(source or "\0", "<master URL>")
             )
         check_output(probe_streams(ctx.settings.ffprobe, out), spec, master)
-        output_key = keys.output_key(job_id)
-        ctx.store.put_file(output_key, out)
-        size_bytes = out.stat().st_size
-    except PermanentError as exc:
-        ctx.ledger.move_job(
-            job_id, JobState.FAILED, error=f"stitch failed: {exc}", finished=time.time()
-        )
-        raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    ctx.ledger.move_job(
-        job_id,
-        JobState.DONE,
-        output=output_key,
-        output_size=size_bytes,
-        stitch_s=round(time.monotonic() - started, 3),
-        join_s=round(join_s, 3),
-        finished=time.time(),
-    )
+        output_key = deliver(ctx, job_id, out, started, join_s=round(join_s, 3))
     return {"job_id": job_id, "output": output_key, "frames": master.frame_count}

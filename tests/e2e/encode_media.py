@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from fractions import Fraction
@@ -10,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.master import probe_master
+from tests.conftest import ffprobe
 from workers.ffgraph import EncodeSettings
 from workers.transcode_graph import SegmentCut, default_quality, segment_argv
 
@@ -64,24 +64,7 @@ def make_master(
 
 
 def streams(path: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [
-            "ffprobe",
-            "-v",
-            "error",
-            "-count_packets",
-            "-show_streams",
-            "-show_format",
-            "-of",
-            "json",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    data: dict[str, Any] = json.loads(out)
-    return data
+    return ffprobe(path, count="packets")
 
 
 def duration_s(stream: dict[str, Any]) -> float:
