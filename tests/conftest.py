@@ -5,13 +5,15 @@ A missing service (redis-server, weed, blender, ffmpeg) fails the run; it never 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ class LocalFarm:
     data: Path
     config: Path
     env: dict[str, str]
+    extra_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def farm(
         self, *args: str, timeout: float = 600, check: bool = False
@@ -44,6 +47,15 @@ class LocalFarm:
                 f"farm {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}"
             )
         return result
+
+    def down(self) -> None:
+        """Stop what `farm up` started and every worker a test started beside it."""
+        for worker in self.extra_workers:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(worker.pid, sig)
+            worker.wait(10)
+        self.farm("down", "--data", str(self.data), timeout=120)
 
     def settings(self) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads(self.config.read_text())
@@ -104,7 +116,7 @@ def local_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFarm]:
     try:
         yield farm
     finally:
-        farm.farm("down", "--data", str(farm.data), timeout=120)
+        farm.down()
 
 
 @pytest.fixture
@@ -114,7 +126,7 @@ def fresh_farm(tmp_path: Path) -> Iterator[LocalFarm]:
     try:
         yield farm
     finally:
-        farm.farm("down", "--data", str(farm.data), timeout=120)
+        farm.down()
 
 
 def ffprobe(path: Path, count: str = "frames") -> dict[str, Any]:

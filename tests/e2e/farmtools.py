@@ -22,7 +22,7 @@ def spawn_worker(
 ) -> subprocess.Popen[bytes]:
     """A worker as `farm worker` runs it, in its own process group (so kill -9 takes Blender too)."""
     log = (farm.data / "logs" / f"{name.split('@')[0]}.log").open("ab")
-    return subprocess.Popen(
+    worker = subprocess.Popen(
         [sys.executable, "-m", "workers", "--queues", queues, "--name", name, "--threads", "1"],
         env={**farm.env, **env},
         stdout=log,
@@ -30,6 +30,8 @@ def spawn_worker(
         start_new_session=True,
         cwd=ROOT,
     )
+    farm.extra_workers.append(worker)
+    return worker
 
 
 def kill_group(worker: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:

@@ -134,7 +134,7 @@ def test_redis_restart_mid_job_delays_it_but_loses_nothing(tmp_path: Path) -> No
         assert frame_count(farm, job_id, tmp_path) == 32
         assert sorted(farm.ledger().render_counts(job_id)) == list(range(1, 33))
     finally:
-        farm.farm("down", "--data", str(farm.data))
+        farm.down()
         if restarted:
             restarted.terminate()
             restarted.wait(10)

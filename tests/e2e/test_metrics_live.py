@@ -66,4 +66,4 @@ def test_backlog_per_worker_comes_from_the_ledger(tmp_path: Path, cloudwatch_url
         assert backlog("encode") == 0.0
     finally:
         kill_group(encoder)
-        farm.farm("down", "--data", str(farm.data))
+        farm.down()

@@ -31,7 +31,7 @@ def imds() -> Iterator[FakeIMDS]:
 def empty_farm(tmp_path: Path) -> Iterator[LocalFarm]:
     farm = start_farm(tmp_path, workers=0)
     yield farm
-    farm.farm("down", "--data", str(farm.data))
+    farm.down()
 
 
 def _claims_by(farm: LocalFarm, job_id: str, worker: str) -> list[dict[str, object]]:

@@ -64,7 +64,7 @@ def test_killed_worker_loses_no_chunk_and_finished_frames_are_not_rendered_again
         print(f"recovered in {recovered_s:.1f} s (bound {LEASE_S + RECONCILE_S:.0f} s + start-up)")
         kill_group(second)
     finally:
-        farm.farm("down", "--data", str(farm.data))
+        farm.down()
 
 
 def test_paused_worker_and_its_replacement_leave_one_manifest_and_one_stitch(
@@ -104,7 +104,7 @@ def test_paused_worker_and_its_replacement_leave_one_manifest_and_one_stitch(
         for worker in (frozen, other):
             kill_group(worker)
     finally:
-        farm.farm("down", "--data", str(farm.data))
+        farm.down()
 
 
 def test_duplicate_chunk_messages_change_nothing(local_farm: LocalFarm, tmp_path: Path) -> None:
@@ -161,4 +161,4 @@ def test_chaos_random_kills_still_give_an_exact_video(tmp_path: Path) -> None:
     finally:
         for worker in workers:
             kill_group(worker)
-        farm.farm("down", "--data", str(farm.data))
+        farm.down()
