@@ -61,19 +61,12 @@ def encode_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
     job = ctx.ledger.job(job_id)
     if not job:
         return {"skipped": "unknown job"}
-    claim = ctx.ledger.move_chunk(
-        job_id,
-        index,
-        ChunkState.ENCODING,
-        mode="claim",
+    claim = attempt.claim(
+        ctx, job_id, index, ChunkState.ENCODING, phase="encode",
         only_from=frozenset({ChunkState.RENDERED}),  # never a render job's unrendered chunk
-        lease_s=ctx.settings.lease_s,
-        worker=ctx.name,
-        phase="encode",
-    )
+    )  # fmt: skip
     if not claim.moved:
         return {"skipped": f"chunk is {claim.previous}"}
-    attempt.hold(claim.token)
     work = ctx.job_dir(job_id) / f"encode-{index:05d}"
     keeper = LeaseKeeper(
         ctx.ledger,

@@ -112,22 +112,15 @@ def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, objec
     job = ctx.ledger.job(job_id)
     if not job:
         return {"skipped": "unknown job"}
-    claim = ctx.ledger.move_chunk(
-        job_id,
-        index,
-        ChunkState.RENDERING,
-        mode="claim",
+    claim = attempt.claim(
+        ctx, job_id, index, ChunkState.RENDERING, phase="render",
         only_from=frozenset({ChunkState.QUEUED, ChunkState.INTERRUPTED}),
-        lease_s=ctx.settings.lease_s,
-        worker=ctx.name,
-        phase="render",
-    )
+    )  # fmt: skip
     if not claim.moved:
         log.info(
             "chunk %s/%d not claimed (%s, was %s)", job_id, index, claim.status, claim.previous
         )
         return {"skipped": f"chunk is {claim.previous}"}
-    attempt.hold(claim.token)
     started = time.monotonic()
     # The lease is held from the claim to the last write, not only while Blender runs: a large
     # scene download or a slow store must not let the reconciler hand the chunk to another worker.

@@ -21,7 +21,7 @@ from farm.proc import Running, capture, run
 from farm.spec import EncoderChoice, JobKind, JobSpec
 from farm.state import ChunkState
 from farm.store import sha256_file
-from workers.attempt import hold as hold_claim
+from workers.attempt import claim as claim_chunk
 from workers.context import WorkerContext
 from workers.ffgraph import EncodeSettings, choose_encoder
 from workers.lease import LeaseKeeper
@@ -84,19 +84,12 @@ def transcode_segment(ctx: WorkerContext, job_id: str, index: int) -> dict[str, 
     job = ctx.ledger.job(job_id)
     if not job or job.get("kind") != JobKind.ENCODE:
         return {"skipped": "not an encode job"}
-    claim = ctx.ledger.move_chunk(
-        job_id,
-        index,
-        ChunkState.ENCODING,
-        mode="claim",
+    claim = claim_chunk(
+        ctx, job_id, index, ChunkState.ENCODING, phase="transcode",
         only_from=frozenset({ChunkState.QUEUED, ChunkState.INTERRUPTED}),
-        lease_s=ctx.settings.lease_s,
-        worker=ctx.name,
-        phase="transcode",
-    )
+    )  # fmt: skip
     if not claim.moved:
         return {"skipped": f"chunk is {claim.previous}"}
-    hold_claim(claim.token)
     started = time.monotonic()
     spec = JobSpec.from_json(json.loads(job["spec"]))
     assert spec.master is not None, "encode jobs carry their master's probe"
