@@ -3,15 +3,23 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := redis-server ffmpeg blender
+# The bpy wheel (pyproject.toml) is the local farm's Blender; it loads X11 client libraries and
+# renders Eevee and Workbench headless through EGL with Mesa's llvmpipe (libegl-mesa0,
+# libgl1-mesa-dri). Debian's `blender` (3.4) renders nothing: it builds test fixtures and the
+# scenes (scenes/build_*.py, tests/e2e) and is the old runtime bench/ compares against.
+BPY_RUNTIME := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libx11-6 libxi6 libxxf86vm1 \
+  libxfixes3 libxrender1 libxext6 libxkbcommon0 libsm6 libice6
+APT_PACKAGES := redis-server ffmpeg blender bubblewrap $(BPY_RUNTIME) chromium tmux
 DATA ?= .farm
 export FARM_CONFIG ?= $(CURDIR)/$(DATA)/config.json
 
-.PHONY: setup system-packages venv tools demo test unit lint typecheck bench up down clean
+.PHONY: setup system-packages venv tools demo test test-fast unit lint typecheck bench up down clean
 
 setup: system-packages venv tools
 
-# Debian/Ubuntu packages: Redis (broker, ledger), ffmpeg (encode, stitch), Blender (Cycles renders).
+# Debian/Ubuntu packages: Redis (broker, ledger), ffmpeg (encode, stitch), the bpy wheel's
+# system libraries, Debian's Blender for building fixture scenes, and Chromium (headless) for the
+# job page's browser tests.
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -49,6 +57,10 @@ down:
 
 test: setup lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider --durations=15
+
+# Unit and integration tests (a real Redis on loopback, no Blender farm): well under a minute.
+test-fast: venv lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit tests/integration
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -1,4 +1,4 @@
-"""`python -m bench [overhead|dispatch|stitch|store|simulate ...] [--quick]`: run the benchmarks,
+"""`python -m bench [overhead|dispatch|stitch|store|ledger|simulate ...] [--quick]`: run the benchmarks,
 each beside its baseline, write one JSON file under bench/results/ and print the table.
 """
 
@@ -15,13 +15,13 @@ from typing import Any
 from bench import common
 from bench.common import LocalFarm, Row
 
-ALL = ("overhead", "dispatch", "stitch", "store", "simulate")
+ALL = ("overhead", "dispatch", "stitch", "store", "ledger", "simulate")
 NEEDS_FARM = {"overhead", "dispatch", "store"}
 
 
 def run(names: list[str], quick: bool, out_dir: Path, work: Path | None = None) -> dict[str, Any]:
     """Run the named benchmarks; returns what was written to the results file."""
-    from bench import dispatch, overhead, simulate, stitch, store
+    from bench import dispatch, ledger, overhead, simulate, stitch, store
 
     results: dict[str, Any] = {"machine": common.machine(), "quick": quick, "started": time.time()}
     rows: list[Row] = []
@@ -34,6 +34,7 @@ def run(names: list[str], quick: bool, out_dir: Path, work: Path | None = None) 
             "dispatch": lambda: dispatch.run(_need(farm), quick),
             "stitch": lambda: stitch.run(quick),
             "store": lambda: store.run(_need(farm), quick),
+            "ledger": lambda: ledger.run(quick),
             "simulate": lambda: simulate.run(quick),
         }
         for name in names:

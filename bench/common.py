@@ -89,7 +89,7 @@ def start_farm(workers: int, threads: int = 1, base: Path | None = None) -> Loca
     env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
     env.update(
         FARM_CONFIG=str(base / "config.json"),
-        FARM_BENCH_TASKS="1",
+        FARM_TASK_PLUGINS="bench.tasks",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")])),
     )
     farm = LocalFarm(base=base, workers=workers, env=env)

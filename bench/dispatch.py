@@ -30,7 +30,7 @@ def _job(farm: LocalFarm, job_id: str, chunks: int) -> None:
         codec="h264",
     )
     farm.ledger().create_job(
-        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, 1), scene_key="bench"
+        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, 1), source_key="bench"
     )
 
 

@@ -13,12 +13,12 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from bench.simspec import Fleet, Outcome, Workload
-from farm import chunking
+from farm import chunking, cost
 from farm.plan import Chunk, plan_chunks
 from farm.spec import FrameRange
 from workers.tasks import backoff_s
 
-__all__ = ["Fleet", "Outcome", "Workload", "simulate"]
+__all__ = ["Fleet", "Outcome", "Workload", "estimate", "simulate"]
 
 
 @dataclass(slots=True)
@@ -220,12 +220,7 @@ class Sim:
         self.chosen, self.planning = choice.chunk_size, False
 
     def _pool(self, workers: int = 0) -> chunking.Pool:
-        return chunking.Pool(
-            workers=workers or self.f.gpus,
-            interruption_per_h=self.f.interruption_per_h,
-            detect_s=self.f.lease_s + self.f.reconcile_s,
-            boot_s=self.f.boot_s,
-        )
+        return pool_of(self.f, workers)
 
     # ── scheduling ────────────────────────────────────────────────────────────────────────
     def _wake(self) -> None:
@@ -274,6 +269,26 @@ class Sim:
     def _start(self, who: int, task: _Task, duration_s: float) -> None:
         self.inst[who].task = task
         self._at(self.now + duration_s, "done", who, task)
+
+
+def pool_of(fleet: Fleet, workers: int = 0) -> chunking.Pool:
+    """The fleet as farm.chunking's sizing rule (and farm.cost's estimate) sees it."""
+    return chunking.Pool(
+        workers=workers or fleet.gpus,
+        interruption_per_h=fleet.interruption_per_h,
+        detect_s=fleet.lease_s + fleet.reconcile_s,
+        boot_s=fleet.boot_s,
+    )
+
+
+def estimate(work: Workload, fleet: Fleet, chunk_size: int) -> cost.Estimate:
+    """What `farm submit --estimate` says of this job on this fleet, given its S and F: the same
+    function, plan and prices the farm uses."""
+    m = chunking.Measurement(startup_s=work.startup_s, frame_s=work.frame_s)
+    price = cost.Price(on_demand_h=fleet.on_demand_price_h, spot_h=fleet.spot_price_h)
+    return cost.estimate(
+        frames=work.frames, chunk_size=chunk_size, m=m, pool=pool_of(fleet), price=price
+    )
 
 
 def simulate(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from farm.cost import load_prices
 from farm.settings import Settings
+
+_G5 = load_prices().price("us-east-1", "g5.xlarge")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,9 +35,9 @@ class Fleet:
     reconcile_s: float = Settings().reconcile_interval_s
     max_attempts: int = Settings().max_attempts
     max_lost_leases: int = Settings().max_lost_leases
-    spot_price_h: float = 0.45
-    """g5.xlarge (A10G) spot, us-east-1, a typical 2026 price; an assumption, not a quote."""
-    on_demand_price_h: float = 1.006
+    spot_price_h: float = _G5.spot_h
+    """g5.xlarge (A10G), us-east-1, from the farm's price table (farm/prices.json)."""
+    on_demand_price_h: float = _G5.on_demand_h
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from typing import Any
 from bench.common import Row
 from bench.sim import Fleet, Outcome, Workload, simulate
 from farm.chunking import AUTO
+from farm.cost import price_of
 
 WORKLOAD = Workload(
     frames=100_000,
@@ -55,8 +56,10 @@ def sweep(
                     "ratio_to_ideal": round(o.ratio, 3),
                     "vs_best_fixed": round(o.makespan_s / best.makespan_s, 3) if best else None,
                     "best_fixed": best.policy if best else None,
-                    "cost_spot": round(o.gpu_hours * fleet.spot_price_h, 2),
-                    "cost_on_demand": round(on_demand[size].gpu_hours * fleet.on_demand_price_h, 2),
+                    "cost_spot": round(price_of(o.gpu_hours * 3600, fleet.spot_price_h), 2),
+                    "cost_on_demand": round(
+                        price_of(on_demand[size].gpu_hours * 3600, fleet.on_demand_price_h), 2
+                    ),
                 }
             )
     return rows

@@ -1,4 +1,5 @@
-"""Benchmark-only Celery tasks, registered by the worker only when FARM_BENCH_TASKS=1.
+"""Benchmark-only Celery tasks, registered by a worker started with FARM_TASK_PLUGINS=bench.tasks
+(bench/common.py does); production code never imports this module.
 
 `farm.bench.render` / `farm.bench.encode` move a chunk through the same ledger transitions and
 store writes as a real chunk (claim, one tiny frame, rendered, claim, segment, manifest, done)
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from celery import Celery
 
 from farm import keys
-from farm.dispatch import Queue
+from farm.pipeline import Queue
 from farm.state import ChunkState, JobState
 from workers.context import WorkerContext
 

@@ -1,50 +1,50 @@
 """The Celery side of the farm: app settings for long tasks, and sending tasks by name.
 
-farm never imports workers; it only knows the task names and queues below.
+farm never imports workers; it knows the task names and queues from farm.pipeline.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
 from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
-from farm.errors import UnreachableError
+from farm.errors import ConfigError, FarmError, UnreachableError
+from farm.ledger import Ledger
+from farm.pipeline import STITCH, TASK_QUEUES, Phase, Queue, spec_of
 from farm.settings import Settings
 
-RENDER_TASK = "farm.render_chunk"
-ENCODE_TASK = "farm.encode_chunk"
-STITCH_TASK = "farm.stitch_job"
-TRANSCODE_TASK = "farm.transcode_segment"
+PRIORITY_STEPS = list(range(10))
+"""kombu's Redis transport keeps one list per step and pops the lowest step first (0 is the most
+urgent). Ten steps, so every farm priority band has its own list; the separator stays kombu's
+default, which Ledger.queue_length and the autoscaling metrics count on."""
+DEFAULT_PRIORITY = 50
+
+
+def broker_priority(priority: int) -> int:
+    """A farm priority (0..100, higher first, as in Deadline and Flamenco) as kombu's Redis
+    priority (0..9, lower first): 100 -> 0, 50 -> 5, 0 -> 9."""
+    return 9 - min(max(priority, 0), 100) * 9 // 100
+
+
+log = logging.getLogger(__name__)
 
 VISIBILITY_TIMEOUT_S = 12 * 3600
 """Longer than any chunk may run: Redis redelivers unacked messages after this long. The ledger's
 leases, not this timeout, are what bring a lost chunk back quickly."""
 
 
-class Queue(StrEnum):
-    RENDER = "render"
-    """Blender renders: any worker with Cycles (GPU, else CPU)."""
-    ENCODE = "encode"
-    """Frames to segments, masters to segments: workers with NVENC, or CPU-only workers."""
-    STITCH = "stitch"
-    """Joining segments by stream copy: any worker."""
-
-
-TASK_QUEUES = {
-    RENDER_TASK: Queue.RENDER,
-    ENCODE_TASK: Queue.ENCODE,
-    STITCH_TASK: Queue.STITCH,
-    TRANSCODE_TASK: Queue.ENCODE,
-}
-
-
 def make_app(settings: Settings, name: str = "farm") -> Celery:
     settings.require_farm()
     app = Celery(name, broker=settings.redis_url, backend=settings.redis_url)
-    transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
+    transport: dict[str, Any] = {
+        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+        "priority_steps": PRIORITY_STEPS,
+    }
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -62,6 +62,8 @@ def make_app(settings: Settings, name: str = "farm") -> Celery:
         worker_send_task_events=True,
         task_routes={name: {"queue": str(queue)} for name, queue in TASK_QUEUES.items()},
         task_default_queue=str(Queue.RENDER),
+        # A message sent without a priority (a plugin's task) sits in the middle, not at the top.
+        task_default_priority=broker_priority(DEFAULT_PRIORITY),
         worker_hijack_root_logger=False,
         worker_max_tasks_per_child=50,
     )
@@ -71,8 +73,21 @@ def make_app(settings: Settings, name: str = "farm") -> Celery:
 class Dispatcher:
     """Sends chunk and stitch tasks by name; used by the CLI, the reconciler and workers."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, priority_of: Callable[[str], int] | None = None) -> None:
+        """`priority_of(job_id)`: the job's farm priority; by default read from the ledger on
+        the app's broker, so every message of a job, re-sent ones included, carries it."""
         self.app = app
+        self._priority_of = priority_of
+
+    def priority_of(self, job_id: str) -> int:
+        if self._priority_of is None:
+            self._priority_of = Ledger.from_url(str(self.app.conf.broker_url)).priority
+        try:
+            return self._priority_of(job_id)
+        except FarmError as exc:  # a message at the default priority beats no message at all
+            log.warning("job %s: priority unknown (%s); sending at %d", job_id, exc,
+                        DEFAULT_PRIORITY)  # fmt: skip
+            return DEFAULT_PRIORITY
 
     def _send(self, task: str, payload: dict[str, Any], countdown_s: float = 0) -> str:
         try:
@@ -80,23 +95,24 @@ class Dispatcher:
                 task,
                 kwargs=payload,
                 queue=str(TASK_QUEUES[task]),
+                priority=broker_priority(self.priority_of(payload["job_id"])),
                 countdown=countdown_s or None,
                 retry=True,
                 retry_policy={"max_retries": 5, "interval_start": 0.5, "interval_step": 1},
             )
         except OperationalError as exc:
             raise UnreachableError(f"the broker does not answer; could not send {task}") from exc
+        except (RuntimeError, RedisError) as exc:  # the result backend's connection (TLS, auth)
+            cause = exc.__cause__ or exc
+            raise UnreachableError(f"the broker refused the connection ({cause}); could not "
+                                   f"send {task}") from exc  # fmt: skip
+        except ValueError as exc:  # a broker URL Celery cannot use
+            raise ConfigError(f"the broker URL cannot be used: {exc}") from exc
         return str(result.id)
 
-    def render(self, job_id: str, chunk: int, countdown_s: float = 0) -> str:
-        return self._send(RENDER_TASK, {"job_id": job_id, "chunk": chunk}, countdown_s)
-
-    def encode(self, job_id: str, chunk: int, countdown_s: float = 0) -> str:
-        return self._send(ENCODE_TASK, {"job_id": job_id, "chunk": chunk}, countdown_s)
+    def send(self, phase: Phase, job_id: str, chunk: int, countdown_s: float = 0) -> str:
+        """Send a chunk's phase to its queue (the task name and queue come from the pipeline)."""
+        return self._send(spec_of(phase).task, {"job_id": job_id, "chunk": chunk}, countdown_s)
 
     def stitch(self, job_id: str, countdown_s: float = 0) -> str:
-        return self._send(STITCH_TASK, {"job_id": job_id}, countdown_s)
-
-    def transcode(self, job_id: str, chunk: int, countdown_s: float = 0) -> str:
-        """An encode job's segment: frames of the master straight to a segment, no render."""
-        return self._send(TRANSCODE_TASK, {"job_id": job_id, "chunk": chunk}, countdown_s)
+        return self._send(STITCH.task, {"job_id": job_id}, countdown_s)

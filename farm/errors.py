@@ -39,6 +39,12 @@ class PermanentError(FarmError):
     """Running the same work again will fail the same way: fail the chunk, keep the log."""
 
 
+class StoreRefused(PermanentError):
+    """The object store refused for good (access denied, no such bucket, KMS key denied, wrong keys,
+    disk full): retrying will not help, so the chunk or stitch fails with the S3 code. A
+    PermanentError rather than a StoreError, because every StoreError is retried as transient."""
+
+
 class FramesMissing(PermanentError):
     """An encode found frames missing or corrupt in the store: the chunk goes back to render."""
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from farm import keys
-from farm.chunking import Pool, initial_plan
-from farm.dispatch import Dispatcher, make_app
+from farm import assets, cost, keys, limits
+from farm.chunking import Measurement, Pool, initial_plan
+from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
 from farm.errors import FarmError
 from farm.ledger import Ledger
+from farm.pipeline import first_phase, kind_of, waiting_for
 from farm.settings import Settings
-from farm.spec import JobKind, JobSpec
-from farm.state import ChunkState
+from farm.spec import JobSpec
 from farm.store import Store
 
 log = logging.getLogger(__name__)
@@ -29,54 +29,82 @@ def new_job_id() -> str:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Submitted:
     job_id: str
-    scene_key: str
-    scene_uploaded: bool
+    source_key: str
+    """The scene (render jobs) or master (transcode jobs) in the store, by content hash."""
+    source_uploaded: bool
     chunks: int
     frames: int
+    assets_uploaded: int = 0
+    """Files the scene uses that this submit uploaded (the rest the store held by hash)."""
+    assets_reused: int = 0
+    assets_bytes_uploaded: int = 0
 
 
-def submit(settings: Settings, spec: JobSpec, source: Path) -> Submitted:
-    """Everything past validation: nothing here runs until the spec is known to be good."""
+def submit(
+    settings: Settings,
+    spec: JobSpec,
+    source: Path,
+    traced: assets.Traced | None = None,
+    *,
+    priority: int = DEFAULT_PRIORITY,
+    max_cost: float | None = None,
+) -> Submitted:
+    """Everything past validation: nothing here runs until the spec is known to be good.
+    `traced`: the files the scene uses, uploaded by hash beside it, their manifest on the job."""
+    limits.check_chunks(spec.frames.count, spec.chunk_size, settings.max_chunks)
     ledger = Ledger.from_url(settings.redis_url)
     ledger.ping()
     store = Store.from_settings(settings)
     store.check()
     suffix = source.suffix.lower() or ".bin"
-    scene_key, digest, uploaded = store.put_content_addressed(
+    source_key, digest, uploaded = store.put_content_addressed(
         source, lambda sha: keys.scene_key(sha, suffix)
     )
     job_id = new_job_id()
+    sent = assets.Uploaded(files=0, size_bytes=0, reused=0)
+    if traced is not None:
+        sent = assets.upload(store, traced)
+        manifest_key = keys.assets_manifest_key(job_id)
+        store.put_json(manifest_key, traced.manifest.to_json())
+        spec = replace(spec, assets_key=manifest_key, missing_assets=traced.manifest.missing)
     render_workers = sum(1 for w in ledger.workers().values() if "render" in w.get("queues", []))
     pool = Pool(
         workers=max(render_workers, 1),
         interruption_per_h=settings.spot_interruption_per_h,
         detect_s=settings.recovery_bound_s,
     )
-    measured = ledger.measurement(keys.r_measurement(scene_key, str(spec.resolution), spec.samples))
+    measured = ledger.measurement(
+        keys.r_measurement(source_key, str(spec.resolution), spec.samples)
+    )
     chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
+    limits.check_planned(len(chunks), settings.max_chunks)
+    plan = {**plan, **_control_fields(settings, spec, pool, measured, priority, max_cost)}
     store.put_json(
         keys.spec_key(job_id),
         {
             "id": job_id,
             "spec": spec.to_json(),
-            "scene_key": scene_key,
-            "scene_sha256": digest,
+            "source_key": source_key,
+            "source_sha256": digest,
             "chunks": [list(c.frames) for c in chunks],
             "submitted": time.time(),
         },
     )
-    ledger.create_job(job_id=job_id, spec=spec, chunks=chunks, scene_key=scene_key, plan=plan)
-    dispatch = Dispatcher(make_app(settings))
-    send = dispatch.transcode if spec.kind is JobKind.ENCODE else dispatch.render
+    ledger.create_job(job_id=job_id, spec=spec, chunks=chunks, source_key=source_key, plan=plan)
+    dispatch = Dispatcher(make_app(settings), priority_of=lambda _: priority)
+    first = first_phase(spec.kind).phase
     for chunk in chunks:
-        send(job_id, chunk.index)
+        dispatch.send(first, job_id, chunk.index)
     log.info("job %s: %d chunks sent", job_id, len(chunks))
     return Submitted(
         job_id=job_id,
-        scene_key=scene_key,
-        scene_uploaded=uploaded,
+        source_key=source_key,
+        source_uploaded=uploaded,
         chunks=len(chunks),
         frames=spec.frames.count,
+        assets_uploaded=sent.files,
+        assets_reused=sent.reused,
+        assets_bytes_uploaded=sent.size_bytes,
     )
 
 
@@ -91,25 +119,100 @@ def reopen(
         raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
     if scene is not None:
         store = Store.from_settings(settings)
-        scene_key, _, _ = store.put_content_addressed(
+        source_key, _, _ = store.put_content_addressed(
             scene, lambda sha: keys.scene_key(sha, ".blend")
         )
-        ledger.call(
-            "replace the scene", lambda: ledger.r.hset(keys.r_job(job_id), "scene_key", scene_key)
-        )
-        ledger.event(job_id, "scene-replaced", scene_key=scene_key)
+        ledger.replace_source(job_id, source_key)
     waiting = ledger.reopen_job(job_id, every_unfinished=every_unfinished)
     dispatch = Dispatcher(make_app(settings))
-    kind = job.get("kind", "render")
+    kind = kind_of(job)
     for chunk in ledger.chunks(job_id):
-        index, state = int(chunk["index"]), chunk.get("state")
-        if state in (ChunkState.QUEUED, ChunkState.INTERRUPTED):
-            if kind == "encode":
-                dispatch.transcode(job_id, index)
-            else:
-                dispatch.render(job_id, index)
-        elif state == ChunkState.RENDERED:
-            dispatch.encode(job_id, index)
+        phase = waiting_for(kind, chunk.get("state", ""))
+        if phase is not None:
+            dispatch.send(phase.phase, job_id, int(chunk["index"]))
     if ledger.try_start_stitch(job_id):
         dispatch.stitch(job_id)
     return waiting
+
+
+def _control_fields(
+    settings: Settings,
+    spec: JobSpec,
+    pool: Pool,
+    measured: Measurement | None,
+    priority: int,
+    max_cost: float | None,
+) -> dict[str, str]:
+    """Priority, budget and, from a remembered measurement, the expected cost per frame the
+    budget uses until the job's own frames say what they cost."""
+    fields = {
+        "priority": str(priority),
+        "max_cost": str(settings.max_cost if max_cost is None else max_cost),
+    }
+    if measured is not None:
+        price = cost.load_prices(settings.price_file).price(
+            settings.region, settings.local_instance_type
+        )
+        est = cost.estimate(
+            frames=spec.frames.count, chunk_size=spec.chunk_size, m=measured, pool=pool,
+            price=price,
+        )  # fmt: skip
+        fields["est_cost_per_frame"] = f"{est.cost_per_frame_on_demand:.9f}"
+    return fields
+
+
+def resend_waiting(settings: Settings, ledger: Ledger, job_id: str) -> int:
+    """Send again every chunk that waits for a phase (at the job's priority now), and open the
+    completion gate if every chunk is done. A duplicate message is harmless: one claim wins."""
+    dispatch = Dispatcher(make_app(settings), priority_of=ledger.priority)
+    kind = kind_of(ledger.job(job_id))
+    sent = 0
+    for chunk in ledger.chunks(job_id):
+        phase = waiting_for(kind, chunk.get("state", ""))
+        if phase is not None:
+            dispatch.send(phase.phase, job_id, int(chunk["index"]))
+            sent += 1
+    if ledger.try_start_stitch(job_id):
+        dispatch.stitch(job_id)
+    return sent
+
+
+def pause(settings: Settings, job_id: str, reason: str = "paused by a user") -> str:
+    """No new chunk starts; running ones finish. Returns the state the job was in."""
+    ledger = Ledger.from_url(settings.redis_url)
+    _job_or_fail(ledger, job_id)
+    move = ledger.pause_job(job_id, reason)
+    if not move.moved and move.status != "same":
+        raise FarmError(f"job {job_id} is {move.previous}; only queued or running jobs pause")
+    return move.previous
+
+
+def resume(
+    settings: Settings, job_id: str, max_cost: float | None = None
+) -> tuple[int, cost.Spend]:
+    """Back to running (with a new budget if given) and every waiting chunk sent again.
+    Returns the chunks sent and the job's spend (over_budget: it will pause again at once)."""
+    ledger = Ledger.from_url(settings.redis_url)
+    _job_or_fail(ledger, job_id)
+    move = ledger.resume_job(job_id, max_cost)
+    if not move.moved:
+        raise FarmError(f"job {job_id} is {move.previous}; only paused jobs resume")
+    return resend_waiting(settings, ledger, job_id), ledger.spend(job_id)
+
+
+def reprioritize(settings: Settings, job_id: str, priority: int) -> int:
+    """`farm priority`: the job's waiting chunks are sent again at the new priority (the old
+    messages, when they come up, find their chunk claimed or still waiting; either is fine)."""
+    ledger = Ledger.from_url(settings.redis_url)
+    job = _job_or_fail(ledger, job_id)
+    ledger.set_priority(job_id, priority)
+    if job.get("state") not in ("queued", "running"):
+        return 0
+    return resend_waiting(settings, ledger, job_id)
+
+
+def _job_or_fail(ledger: Ledger, job_id: str) -> dict[str, str]:
+    job = ledger.job(job_id)
+    if not job:
+        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+    return job

@@ -14,6 +14,17 @@ def scene_key(sha256: str, suffix: str = ".blend") -> str:
     return f"scenes/{sha256}{suffix}"
 
 
+def asset_key(sha256: str) -> str:
+    """Files a scene uses (textures, libraries, caches) are content-addressed like scenes: a second
+    job, or one texture changed, uploads only bytes the store does not hold."""
+    return f"assets/{sha256}"
+
+
+def assets_manifest_key(job_id: str) -> str:
+    """The job's asset manifest (farm.assets): each file's path in the scene's tree and hash."""
+    return f"jobs/{job_id}/assets.json"
+
+
 def job_prefix(job_id: str) -> str:
     return f"jobs/{job_id}/"
 
@@ -25,6 +36,11 @@ def spec_key(job_id: str) -> str:
 def frame_key(job_id: str, frame: int, ext: str = "png") -> str:
     """Frames are keyed by frame number, not by chunk: a re-run writes the same keys."""
     return f"jobs/{job_id}/frames/{frame:06d}.{ext}"
+
+
+def thumb_key(job_id: str, frame: int) -> str:
+    """A small JPEG of the frame, made by the worker that uploaded it, for the job page."""
+    return f"jobs/{job_id}/thumbs/{frame:06d}.jpg"
 
 
 def segment_key(job_id: str, chunk: int, ext: str = "mp4") -> str:
@@ -90,9 +106,30 @@ def r_workers() -> str:
     return f"{REDIS_PREFIX}:workers"
 
 
+def r_outbox() -> str:
+    """Sorted set of webhook notices (JSON) scored by when each is next due (farm.outbox)."""
+    return f"{REDIS_PREFIX}:outbox"
+
+
+def r_notice_once(job_id: str, event: str, stamp: str) -> str:
+    """String with a TTL: this job event was put in the outbox once already."""
+    return f"{REDIS_PREFIX}:noticed:{job_id}:{event}:{stamp}"
+
+
 def r_measurement(scene_key: str, resolution: str, samples: int) -> str:
     """Hash: Blender start-up and frame time measured for this scene at this size and samples."""
     return f"{REDIS_PREFIX}:measure:{scene_key}:{resolution}:{samples}"
+
+
+def r_cost(job_id: str) -> str:
+    """Hash: the job's metered GPU-seconds and dollars (all, wasted, start-up; per instance type
+    and lifecycle), added to by every attempt's end (farm.ledger_lua)."""
+    return f"{REDIS_PREFIX}:cost:{job_id}"
+
+
+def r_attempts(job_id: str) -> str:
+    """List of JSON records, one per ended attempt: chunk, phase, seconds, dollars, instance."""
+    return f"{REDIS_PREFIX}:attempts:{job_id}"
 
 
 def lease_member(job_id: str, chunk: int) -> str:

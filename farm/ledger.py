@@ -19,13 +19,23 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from farm import keys
+from farm import cost, keys, notices
+from farm import queues as queues_
 from farm.chunking import Measurement
-from farm.errors import LedgerError, UnreachableError
+from farm.errors import FarmError, LedgerError, UnreachableError
 from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, START_STITCH
+from farm.pipeline import (
+    PHASES,
+    STITCH,
+    job_sources_of,
+    kind_of,
+    running_states,
+    sources_of,
+    waiting_for,
+)
 from farm.plan import Chunk
 from farm.spec import JobSpec
-from farm.state import ChunkState, JobState, job_sources_of, sources_of
+from farm.state import ChunkState, JobState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,6 +76,9 @@ class Ledger:
         self._stitch = client.register_script(START_STITCH)
         self._job_move = client.register_script(JOB_MOVE)
         self._plan_rest = client.register_script(PLAN_REST)
+        self.meter: dict[str, str] = {}
+        """Fields every claim through this ledger records (a worker's instance type, lifecycle
+        and price per second: cost.Instance.claim_fields), so each attempt is priced."""
 
     @classmethod
     def from_url(cls, url: str, *, ride_out_s: float = 0.0) -> Ledger:
@@ -100,7 +113,7 @@ class Ledger:
         job_id: str,
         spec: JobSpec,
         chunks: Iterable[Chunk],
-        scene_key: str,
+        source_key: str,
         plan: dict[str, str] | None = None,
     ) -> None:
         """`plan`: chunk_size, chunk_plan (why) and, for an auto-sized job still probing,
@@ -116,7 +129,7 @@ class Ledger:
                     "kind": str(spec.kind),
                     "state": str(JobState.QUEUED),
                     "spec": json.dumps(spec.to_json()),
-                    "scene_key": scene_key,
+                    "source_key": source_key,
                     "chunks_total": len(chunk_list),
                     "chunks_done": 0,
                     "frames_total": spec.frames.count,
@@ -179,7 +192,14 @@ class Ledger:
             )
         if status == "ok":
             self.event(job_id, f"job-{target}", **fields)
+            self.announce(job_id, target)  # webhooks; never raises
         return Move(status=status, previous=previous, target=str(target))
+
+    def replace_source(self, job_id: str, source_key: str) -> None:
+        """`farm retry --scene`: the job's remaining chunks render the fixed scene."""
+        with _wrapped("replace the scene"):
+            self.r.hset(keys.r_job(job_id), "source_key", source_key)
+        self.event(job_id, "scene-replaced", source_key=source_key)
 
     def plan_rest(
         self, job_id: str, *, after: int, chunks: list[Chunk], chunk_size: int, reason: str
@@ -227,27 +247,34 @@ class Ledger:
         only_from: frozenset[ChunkState] | None = None,
         **fields: Any,
     ) -> Move:
-        """Move a chunk if the table allows it from where it is (narrowed by `only_from`), the
-        token matches (when given) and, for a claim, the job still runs."""
+        """Move a chunk if the pipeline allows it from where it is (narrowed by `only_from`),
+        the token matches (when given) and, for a claim, the job still runs.
+
+        `mode`: claim (takes a lease; a new try after a fault counts an attempt), fail and
+        expire (spend the failure or lost-lease budget), interrupt, handback (transient: no
+        budget spent, but the next claim is a new try), or '' for a plain move."""
         now = time.time()
         expiry = "" if lease_s is None else str(now + lease_s)
         if lease_s is not None:
             fields["lease_expires"] = expiry
-        sources = (
-            ",".join(
-                sources_of(target)
-                | (
-                    {ChunkState.RENDERING, ChunkState.ENCODING}
-                    if mode in ("fail", "expire")
-                    else set()
-                )
-            )
-            if only_from is None
-            else ",".join(only_from)
-        )
+        if mode == "claim":
+            fields = {**self.meter, **fields}
+            self.enforce_budget(job_id)
+        allowed = sources_of(target) if only_from is None else only_from
+        if mode in ("fail", "expire") and only_from is None:
+            # A failure or lost lease may send a running chunk past its phase's own return
+            # state (to FAILED once the budget is spent).
+            allowed = allowed | running_states()
+        sources = ",".join(allowed)
         with _wrapped(f"move chunk {index} of {job_id} to {target}"):
             result = self._move(
-                keys=[keys.r_chunk(job_id, index), keys.r_job(job_id), keys.r_leases()],
+                keys=[
+                    keys.r_chunk(job_id, index),
+                    keys.r_job(job_id),
+                    keys.r_leases(),
+                    keys.r_cost(job_id),
+                    keys.r_attempts(job_id),
+                ],
                 args=[
                     str(target),
                     sources,
@@ -269,6 +296,8 @@ class Ledger:
         )
         if move.moved:
             self.event(job_id, f"chunk-{move.target}", chunk=index, **fields)
+            if move.target == ChunkState.FAILED:  # the script may have failed the job
+                self.announce(job_id, JobState.FAILED)
         return move
 
     def renew(self, job_id: str, index: int, token: str, lease_s: float) -> str:
@@ -295,10 +324,27 @@ class Ledger:
                 pipe.llen(name)
             return int(sum(pipe.execute()))
 
+    def broker_messages(self, queues: Iterable[str]) -> list[bytes]:
+        """Every message the broker holds for `queues`, waiting or delivered but unacknowledged,
+        raw (farm.queues reads them): what the reconciler checks a lost message against."""
+        with _wrapped("read the queues"):
+            pipe = self.r.pipeline(transaction=False)
+            for queue in queues:
+                for name in queues_.priority_lists(queue):
+                    pipe.lrange(name, 0, -1)
+            pipe.hvals(queues_.UNACKED)
+            return [raw for batch in pipe.execute() for raw in batch]
+
     def bump(self, job_id: str, index: int, counter: str) -> int:
         """Add one to a chunk's counter (transient hand-backs); returns the new count."""
         with _wrapped(f"count {counter}"):
             value: int = self.r.hincrby(keys.r_chunk(job_id, index), counter, 1)
+        return value
+
+    def bump_job(self, job_id: str, counter: str) -> int:
+        """Add one to a job's counter (the stitch's transient retries); returns the new count."""
+        with _wrapped(f"count {counter}"):
+            value: int = self.r.hincrby(keys.r_job(job_id), counter, 1)
         return value
 
     def set_chunk_fields(self, job_id: str, index: int, **fields: Any) -> None:
@@ -311,6 +357,7 @@ class Ledger:
             pipe = self.r.pipeline(transaction=True)
             pipe.hset(keys.r_frames(job_id), str(frame), f"{size_bytes}:{sha256}")
             pipe.hincrby(keys.r_renders(job_id), str(frame), 1)
+            pipe.hincrby(keys.r_job(job_id), "frame_bytes", size_bytes)  # bytes moved (census)
             pipe.execute()
 
     def forget_frame(self, job_id: str, frame: int) -> None:
@@ -373,6 +420,67 @@ class Ledger:
             self.r.delete(keys.r_blocklist(job_id))
         return waiting
 
+    # ── cost, budget, pause, priority ─────────────────────────────────────────────────────────
+    def cost_record(self, job_id: str) -> dict[str, str]:
+        """The job's metered cost hash (see cost.job_cost)."""
+        with _wrapped("read the job's cost"):
+            raw: dict[str, str] = self.r.hgetall(keys.r_cost(job_id))
+        return raw
+
+    def attempt_records(self, job_id: str) -> list[dict[str, Any]]:
+        """One record per ended attempt: chunk, phase, seconds, dollars, instance, how it ended."""
+        with _wrapped("read attempt records"):
+            raw: list[str] = self.r.lrange(keys.r_attempts(job_id), 0, -1)
+        return [json.loads(e) for e in raw]
+
+    def frames_done(self, job_id: str, job: dict[str, str] | None = None) -> int:
+        """Frames kept so far: verified frames of a render job, else done chunks' share."""
+        job = job if job is not None else self.job(job_id)
+        with _wrapped("count frames"):
+            frames = int(self.r.hlen(keys.r_frames(job_id)))
+        total, chunks = int(job.get("frames_total", 0)), int(job.get("chunks_total", 0) or 0)
+        by_chunks = int(job.get("chunks_done", 0)) * total // chunks if chunks else 0
+        return min(max(frames, by_chunks), total)
+
+    def spend(self, job_id: str, job: dict[str, str] | None = None) -> cost.Spend:
+        job = job if job is not None else self.job(job_id)
+        return cost.spend_of(
+            job, cost.job_cost(self.cost_record(job_id)), self.frames_done(job_id, job)
+        )
+
+    def enforce_budget(self, job_id: str) -> bool:
+        """Before a claim: pause the job (true) when spent plus expected to finish would pass
+        its budget, so the claim is refused and no new chunk starts."""
+        with _wrapped("read the job's budget"):
+            max_cost, state = self.r.hmget(keys.r_job(job_id), "max_cost", "state")
+        if float(max_cost or 0) <= 0 or state not in (JobState.QUEUED, JobState.RUNNING):
+            return False  # one read per claim for jobs without a budget
+        spend = self.spend(job_id)
+        if not spend.over_budget:
+            return False
+        return self.pause_job(job_id, reason=spend.budget_reason).moved
+
+    def pause_job(self, job_id: str, reason: str) -> Move:
+        """No new chunk starts; running ones finish (their leases renew), frames are kept."""
+        return self.move_job(job_id, JobState.PAUSED, paused_reason=reason, paused=time.time())
+
+    def resume_job(self, job_id: str, max_cost: float | None = None) -> Move:
+        fields: dict[str, Any] = {"paused_reason": "", "paused": ""}
+        if max_cost is not None:
+            fields["max_cost"] = max_cost
+        return self.move_job(job_id, JobState.RUNNING, **fields)
+
+    def priority(self, job_id: str) -> int:
+        """The job's priority, 0..100, higher first (50 when unset or unknown)."""
+        with _wrapped("read the job's priority"):
+            value = self.r.hget(keys.r_job(job_id), "priority")
+        return int(value) if value else 50
+
+    def set_priority(self, job_id: str, priority: int) -> None:
+        with _wrapped("set the job's priority"):
+            self.r.hset(keys.r_job(job_id), "priority", priority)
+        self.event(job_id, "priority", priority=priority)
+
     def save_measurement(self, key: str, m: Measurement) -> None:
         """What a probe measured, for the next auto-sized job of the same scene and settings."""
         with _wrapped("record a measurement"):
@@ -430,22 +538,21 @@ class Ledger:
         return counts
 
     def queue_depths(self, limit: int = 1000) -> dict[str, int]:
-        """Chunks waiting per queue across unfinished jobs: queued ones wait for render (or, for
-        encode jobs, for encode), rendered ones for encode, stitching jobs for stitch."""
-        depths = {"render": 0, "encode": 0, "stitch": 0}
+        """Chunks waiting per queue across unfinished jobs, each counted on the queue of the
+        phase it waits for; stitching jobs on the stitch queue."""
+        depths = {str(spec.queue): 0 for spec in (*PHASES.values(), STITCH)}
         for job_id in self.job_ids(limit):
             job = self.job(job_id)
             state = job.get("state", "")
             if state == JobState.STITCHING:
-                depths["stitch"] += 1
+                depths[STITCH.queue] += 1
             if state not in (JobState.QUEUED, JobState.RUNNING):
                 continue
-            first_queue = "encode" if job.get("kind") == "encode" else "render"
+            kind = kind_of(job)
             for chunk in self.chunks(job_id):
-                if chunk.get("state") in (ChunkState.QUEUED, ChunkState.INTERRUPTED):
-                    depths[first_queue] += 1
-                elif chunk.get("state") == ChunkState.RENDERED:
-                    depths["encode"] += 1
+                phase = waiting_for(kind, chunk.get("state", ""))
+                if phase is not None:
+                    depths[phase.queue] += 1
         return depths
 
     def event(self, job_id: str, kind: str, **data: Any) -> None:
@@ -460,3 +567,82 @@ class Ledger:
         with _wrapped("read events"):
             raw: list[str] = self.r.lrange(keys.r_events(job_id), 0, -1)
         return [json.loads(e) for e in raw]
+
+    def job_records(
+        self, limit: int = 1000
+    ) -> list[tuple[dict[str, str], list[dict[str, str]], dict[str, str]]]:
+        """The newest `limit` jobs, each with its chunks and its cost hash, in three round trips
+        however many there are (the exporter reads this on every scrape)."""
+        ids = self.job_ids(limit)
+        with _wrapped("read the jobs"):
+            pipe = self.r.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hgetall(keys.r_job(job_id))
+                pipe.hgetall(keys.r_cost(job_id))
+            flat: list[dict[str, str]] = pipe.execute()
+            jobs, costs = flat[0::2], flat[1::2]
+            pipe = self.r.pipeline(transaction=False)
+            counts = [int(job.get("chunks_total") or 0) for job in jobs]
+            for job_id, count in zip(ids, counts, strict=True):
+                for i in range(count):
+                    pipe.hgetall(keys.r_chunk(job_id, i))
+            chunks: list[dict[str, str]] = pipe.execute()
+        records, at = [], 0
+        for job, cost_hash, count in zip(jobs, costs, counts, strict=True):
+            records.append((job, chunks[at : at + count], cost_hash))
+            at += count
+        return records
+
+    # ── webhook outbox: put in by whoever moves a job, drained by farm.webhooks ─────────────────
+    def announce(self, job_id: str, state: str) -> bool:
+        """Put the job's arrival in `state` in the outbox, once per arrival (a job failed again
+        after a retry is a new one: its `finished` or `paused` time differs). Never raises: a
+        worker must not wait on, or fail because of, anyone's webhook. True when put in."""
+        if str(state) not in notices.JOB_EVENTS:
+            return False
+        try:
+            job = self.job(job_id)
+            event = notices.event_for(str(state), job)
+            if job.get("state") != str(state) or event is None:
+                return False
+            stamp = job.get(notices.STAMP_FIELDS.get(str(state), "finished")) or ""
+            notice = notices.Notice(
+                id=secrets.token_hex(8), job_id=job_id, event=event, t=time.time()
+            )
+            with _wrapped("put a webhook notice in the outbox"):
+                put = self.r.register_script(notices.PUSH)(
+                    keys=[keys.r_notice_once(job_id, event, stamp), keys.r_outbox()],
+                    args=[notice.to_member(), notice.t, notices.ONCE_TTL_S],
+                )
+            return bool(put)
+        except FarmError as exc:
+            log.warning("job %s: webhook notice not recorded: %s", job_id, exc)
+            return False
+
+    def claim_notices(self, *, hold_s: float = 120.0, limit: int = 20) -> list[str]:
+        """Due notices (raw members), held for `hold_s` against other senders."""
+        now = time.time()
+        with _wrapped("claim webhook notices"):
+            members: list[str] = self.r.register_script(notices.CLAIM)(
+                keys=[keys.r_outbox()], args=[now, now + hold_s, limit]
+            )
+        return members
+
+    def replace_notice(self, member: str, later: list[tuple[notices.Notice, float]]) -> None:
+        """Swap a claimed notice for others (its fan-out, or its next try), each due then."""
+        with _wrapped("update the webhook outbox"):
+            pipe = self.r.pipeline(transaction=True)
+            pipe.zrem(keys.r_outbox(), member)
+            for notice, due in later:
+                pipe.zadd(keys.r_outbox(), {notice.to_member(): due})
+            pipe.execute()
+
+    def pending_notices(self) -> list[tuple[notices.Notice, float]]:
+        with _wrapped("read the webhook outbox"):
+            raw = self.r.zrange(keys.r_outbox(), 0, -1, withscores=True)
+        return [(notices.Notice.from_member(m), float(score)) for m, score in raw]
+
+    def set_notify_url(self, job_id: str, url: str) -> None:
+        """`farm submit --notify URL`: the job's events go there too (read when each is sent)."""
+        with _wrapped("record the job's webhook"):
+            self.r.hset(keys.r_job(job_id), "notify_url", url)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-# KEYS: 1 chunk hash, 2 job hash, 3 leases zset
+from collections.abc import Iterable
+
+from farm.pipeline import PHASES, running_states
+
+
+def _lua_set(names: Iterable[str]) -> str:
+    """A Lua table literal usable as a set: ({['a']=true, ['b']=true})."""
+    return "({" + ", ".join(f"['{n}']=true" for n in sorted(names)) + "})"
+
+
+# KEYS: 1 chunk hash, 2 job hash, 3 leases zset, 4 job cost hash, 5 job attempts list
 # ARGV: 1 target, 2 allowed sources (csv), 3 token ('' = any), 4 lease member,
 #       5 lease expiry ('' = drop lease), 6 JSON fields to set, 7 mode, 8 new token suffix,
 #       9 now, 10 max failures
@@ -26,11 +36,19 @@ end
 local token = redis.call('HGET', KEYS[1], 'token') or ''
 if mode == 'claim' then
   if jstate ~= 'queued' and jstate ~= 'running' then return {'refused', state, jstate} end
-  local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-  token = tostring(attempt) .. ':' .. ARGV[8]
+  -- `attempt` counts tries of the chunk: a claim after a failure, lost lease, interruption or
+  -- hand-back starts a new one; the next phase of a clean try keeps it.
+  local attempt = tonumber(redis.call('HGET', KEYS[1], 'attempt') or '0')
+  if attempt == 0 or redis.call('HGET', KEYS[1], 'retry') == '1' then
+    attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+    redis.call('HSET', KEYS[1], 'retry', '0')
+  end
+  local claims = redis.call('HINCRBY', KEYS[1], 'claims', 1)
+  token = tostring(attempt) .. ':' .. tostring(claims) .. '-' .. ARGV[8]
   redis.call('HSET', KEYS[1], 'token', token)
   if jstate == 'queued' then redis.call('HSET', KEYS[2], 'state', 'running', 'started', ARGV[9]) end
   if not redis.call('HGET', KEYS[1], 'started') then redis.call('HSET', KEYS[1], 'started', ARGV[9]) end
+  redis.call('HSET', KEYS[1], 'claimed_at', ARGV[9])
 elseif mode == 'fail' or mode == 'expire' then
   -- A failure spends the chunk's budget; a lost lease (a worker that vanished) spends a
   -- separate, larger one, so reclaimed spot instances do not fail jobs but a chunk that kills
@@ -59,7 +77,46 @@ elseif mode == 'interrupt' then
     end
   end
 end
+if mode == 'fail' or mode == 'expire' or mode == 'interrupt' or mode == 'handback'
+   or target == 'cancelled' then
+  redis.call('HSET', KEYS[1], 'retry', '1')
+end
 local fields = cjson.decode(ARGV[6])
+-- The meter: an attempt ends when its chunk leaves a running state; its wall time is paid GPU
+-- time at the price its claim recorded, wasted unless it left the chunk done for its phase.
+local claimed = tonumber(redis.call('HGET', KEYS[1], 'claimed_at') or '')
+if mode ~= 'claim' and claimed and HELD[state] then
+  local ended = tonumber(ARGV[9])
+  if mode == 'expire' then  -- the worker vanished somewhere before its lease ran out
+    local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_expires') or '')
+    if lease and lease < ended then ended = lease end
+  end
+  local secs = math.max(ended - claimed, 0)
+  local per_s = tonumber(redis.call('HGET', KEYS[1], 'price_per_s') or '0') or 0
+  local where = (redis.call('HGET', KEYS[1], 'instance_type') or 'unknown') .. ':' ..
+    (redis.call('HGET', KEYS[1], 'lifecycle') or 'local')
+  local useful = USEFUL[target] == true
+  redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s', secs)
+  redis.call('HINCRBYFLOAT', KEYS[4], 'cost', secs * per_s)
+  redis.call('HINCRBY', KEYS[4], 'attempts', 1)
+  redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s:' .. where, secs)
+  if useful then
+    local startup = math.min(tonumber(fields['blender_startup_s'] or 0) or 0, secs)
+    redis.call('HINCRBYFLOAT', KEYS[4], 'startup_gpu_s', startup)
+    redis.call('HINCRBYFLOAT', KEYS[4], 'startup_cost', startup * per_s)
+  else
+    redis.call('HINCRBYFLOAT', KEYS[4], 'wasted_gpu_s', secs)
+    redis.call('HINCRBYFLOAT', KEYS[4], 'wasted_cost', secs * per_s)
+    redis.call('HINCRBY', KEYS[4], 'wasted_attempts', 1)
+  end
+  redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s', secs)
+  redis.call('HINCRBYFLOAT', KEYS[1], 'cost', secs * per_s)
+  redis.call('HSET', KEYS[1], 'last_attempt_s', secs)
+  redis.call('HDEL', KEYS[1], 'claimed_at')
+  redis.call('RPUSH', KEYS[5], cjson.encode({chunk = tonumber(redis.call('HGET', KEYS[1], 'index')),
+    phase = state, ['end'] = target, mode = mode, s = secs, cost = secs * per_s, where = where,
+    t = tonumber(ARGV[9])}))
+end
 for k, v in pairs(fields) do redis.call('HSET', KEYS[1], k, tostring(v)) end
 redis.call('HSET', KEYS[1], 'state', target, 'updated', ARGV[9])
 if ARGV[5] ~= '' then
@@ -72,20 +129,25 @@ if target == 'done' then
   redis.call('HSET', KEYS[1], 'finished', ARGV[9])
 end
 return {'ok', state, token, target}
-"""
+""".replace("HELD", _lua_set(running_states()), 1).replace(
+    "USEFUL", _lua_set(spec.done for spec in PHASES.values()), 1
+)
 
 # KEYS: 1 chunk hash, 2 leases zset; ARGV: 1 token, 2 new expiry, 3 member, 4 job hash key
-# Returns 'ok', 'lost' (another attempt owns it) or 'cancelled'.
-RENEW = r"""
+# Returns 'ok', 'lost' (another attempt owns it) or 'cancelled'. The states that hold a lease
+# come from the pipeline.
+RENEW = (
+    r"""
 local jstate = redis.call('HGET', ARGV[4], 'state')
 if jstate == 'cancelled' or jstate == 'failed' then return 'cancelled' end
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 'lost' end
 local state = redis.call('HGET', KEYS[1], 'state')
-if state ~= 'rendering' and state ~= 'encoding' then return 'lost' end
+if not RUNNING[state] then return 'lost' end
 redis.call('HSET', KEYS[1], 'lease_expires', ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
 return 'ok'
 """
+).replace("RUNNING", _lua_set(running_states()), 1)
 
 # KEYS: 1 job hash; ARGV: 1 now. The completion gate: exactly one caller wins 'stitching'.
 # Never while an auto-sized job's plan is pending: chunks_total does not count the rest yet.

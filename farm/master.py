@@ -12,8 +12,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from farm import proc
+import ffmpeg
+
+from farm import probe, proc
 from farm.errors import SpecError
+from farm.probe import video_streams
 
 VFR_TOLERANCE = Fraction(1, 4)
 """A frame interval further than this share of a frame from the average one means VFR."""
@@ -124,7 +127,7 @@ def parse_master(name: str, streams_json: str, packets_csv: str) -> Probed:
     data = json.loads(streams_json or "{}")
     streams = data.get("streams") or []
     fmt = data.get("format") or {}
-    video = [s for s in streams if s.get("codec_type") == "video" and not _is_cover(s)]
+    video = video_streams(data)
     if not video:
         kinds = sorted({str(s.get("codec_type")) for s in streams}) or ["nothing"]
         raise SpecError(f"{name}: has no video stream (it holds {', '.join(kinds)})")
@@ -184,52 +187,25 @@ def seek_points(probed: Probed, segment_frames: int) -> MasterInfo:
     return replace(info, seek_pts=tuple(seeks))
 
 
-def probe_master(ffprobe: str, ffmpeg: str, path: Path) -> Probed:
+def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path) -> Probed:
     """Ask ffprobe about the file, then decode its first frame: a master must really play."""
     name = path.name
-    shown = proc.capture(
-        [ffprobe, "-v", "error", "-show_format", "-show_streams", "-of", "json", str(path)], 120
-    )
+    source = probe.input_name(path)  # a name like `file:x.mp4` or `-x.mov` is that file
+    shown = proc.capture(probe.format_argv(ffprobe, source), 120)
     if shown.returncode != 0:
         reason = (shown.stderr.strip().splitlines() or ["unknown error"])[-1]
         raise SpecError(
             f"{name}: not a .blend file, and not a video ffprobe can read ({reason}); "
             "encode jobs take a video master such as .mov, .mp4, .mkv or .mxf"
         )
-    packets = proc.capture(
-        [
-            ffprobe,
-            "-v",
-            "error",
-            "-select_streams",
-            "v:0",
-            "-show_entries",
-            "packet=pts,duration,flags",
-            "-of",
-            "csv=p=0",
-            str(path),
-        ],
-        1800,
-    )
+    packets = proc.capture(probe.packets_argv(ffprobe, source), 1800)
     probed = parse_master(name, shown.stdout, packets.stdout if packets.returncode == 0 else "")
-    decoded = proc.capture(
-        [
-            ffmpeg,
-            "-v",
-            "error",
-            "-nostdin",
-            "-i",
-            str(path),
-            "-map",
-            "0:v:0",
-            "-frames:v",
-            "1",
-            "-f",
-            "null",
-            "-",
-        ],
-        120,
+    first_frame = (
+        ffmpeg.input(source)
+        .output("-", map="0:v:0", f="null", **{"frames:v": 1})
+        .global_args("-v", "error", "-nostdin")
     )
+    decoded = proc.capture(first_frame.compile(cmd=ffmpeg_bin), 120)
     if decoded.returncode != 0:
         reason = (decoded.stderr.strip().splitlines() or ["unknown error"])[-1]
         raise SpecError(f"{name}: its first video frame does not decode ({reason}); is it corrupt?")
@@ -242,8 +218,3 @@ def _fraction(text: object) -> Fraction:
     except (ValueError, ZeroDivisionError):
         return Fraction(0)
     return value if value > 0 else Fraction(0)
-
-
-def _is_cover(stream: dict[str, Any]) -> bool:
-    """Album art in an audio file shows up as a one-picture video stream."""
-    return bool((stream.get("disposition") or {}).get("attached_pic"))

@@ -26,7 +26,8 @@ class MetricsError(TransientError):
 
 
 def backlog_per_worker(queued: Mapping[str, int], workers: Mapping[str, int]) -> dict[str, float]:
-    """Queued chunks per running worker, for every queue named in either mapping.
+    """Chunks per serving worker, for every queue named in either mapping. `queued` is the
+    backlog farm.census counts (queued plus running chunks, so scale-in spares busy workers).
 
     With no worker on a queue the backlog is the queued count itself, so a group at zero sees
     the metric above its target and scales out; nothing queued and no workers is 0.0.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm.errors import PermanentError
+from farm.sandbox import minimal_env
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,14 @@ def _child_setup(limit_bytes: int) -> Callable[[], None]:
     return apply
 
 
+def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """A child's environment: `env` as given, or else an allowlist of this process's (PATH,
+    locale, GPU selection, HOME), never the worker's FARM_*/AWS_*/Redis secrets."""
+    if env is not None:
+        return dict(env)
+    return minimal_env(os.environ, os.environ.get("HOME", ""))
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -121,7 +130,7 @@ def run(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env=dict(env) if env is not None else None,
+            env=child_env(env),
             cwd=cwd,
             preexec_fn=_child_setup(memory_limit_bytes),
         )
@@ -159,7 +168,9 @@ def run(
     )
 
 
-def capture(argv: Sequence[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+def capture(
+    argv: Sequence[str], timeout_s: float = 60.0, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a short program and return its output (probes: ffprobe, nvidia-smi)."""
     try:
         return subprocess.run(
@@ -169,6 +180,7 @@ def capture(argv: Sequence[str], timeout_s: float = 60.0) -> subprocess.Complete
             timeout=timeout_s,
             stdin=subprocess.DEVNULL,
             check=False,
+            env=child_env(env),
         )
     except FileNotFoundError as exc:
         raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc
@@ -187,7 +199,8 @@ def spawn_daemon(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env=dict(env) if env is not None else None,
+                env=child_env(env),
+                umask=0o077,  # the farm's servers write data, logs and AOF for their owner only
             )
         except FileNotFoundError as exc:
             raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc
@@ -202,3 +215,22 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, Linux /proc), or None when it is gone or
+    this is not Linux: with the pid, it names one process, never a later one given the same pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def is_process(pid: int, started: int | None) -> bool:
+    """True when `pid` is alive and is the process that started at `started` (None: unknown)."""
+    if not alive(pid):
+        return False
+    if started is None:
+        return True
+    return start_time(pid) == started

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from farm.dispatch import Dispatcher
 from farm.errors import FarmError
 from farm.ledger import Ledger
-from farm.state import ChunkState, JobState
+from farm.pipeline import STITCH, Queue, kind_of, running_in, waiting_for
+from farm.queues import queued_work
+from farm.state import JobState
 
 log = logging.getLogger(__name__)
 
@@ -50,23 +52,17 @@ class Reconciler:
         for job_id, index in self.ledger.expired_leases(now):
             chunk = self.ledger.chunk(job_id, index)
             state = chunk.get("state", "")
-            back_to = {
-                ChunkState.RENDERING: ChunkState.QUEUED,
-                ChunkState.ENCODING: ChunkState.RENDERED,
-            }.get(ChunkState(state) if state else ChunkState.DONE)
-            transcode = self.ledger.job(job_id).get("kind") == "encode"
-            if transcode and back_to is ChunkState.RENDERED:
-                back_to = ChunkState.QUEUED  # an encode job's segment has no render to keep
-            if back_to is None:
+            phase = running_in(kind_of(self.ledger.job(job_id)), state)
+            if phase is None:
                 # Finished or cancelled meanwhile; the lease entry is stale.
                 self.ledger.drop_lease(job_id, index)
                 continue
             move = self.ledger.move_chunk(
                 job_id,
                 index,
-                back_to,
+                phase.on_lost,
                 token=chunk.get("token", ""),
-                only_from=frozenset({ChunkState(state)}),
+                only_from=frozenset({phase.running}),
                 mode="expire",
                 max_failures=self.max_lost_leases,
                 error=f"lease expired: worker {chunk.get('worker', '?')} stopped answering "
@@ -74,16 +70,11 @@ class Reconciler:
             )
             if not move.moved:
                 continue
-            if move.target == str(back_to):
+            if move.target == str(phase.on_lost):
                 log.warning(
                     "chunk %s/%d: lease of %s expired; requeued", job_id, index, chunk.get("worker")
                 )
-                if transcode:
-                    self.dispatch.transcode(job_id, index)
-                elif back_to is ChunkState.QUEUED:
-                    self.dispatch.render(job_id, index)
-                else:
-                    self.dispatch.encode(job_id, index)
+                self.dispatch.send(phase.phase, job_id, index)
                 result.requeued.append((job_id, index))
             else:
                 result.failed.append((job_id, index))
@@ -103,48 +94,50 @@ class Reconciler:
 
     def resend_orphans(self, result: Pass, now: float | None = None) -> None:
         """Re-send work whose message was lost: a worker or the broker died between a ledger move
-        and the send. A chunk waiting longer than `orphan_after_s` while its queue is empty has
-        no message left anywhere (a duplicate would be harmless: only one claim can win)."""
+        and the send, or a send failed after the job was recorded. A chunk waiting longer than
+        `orphan_after_s` with no message for it anywhere in the broker (waiting in its queue, or
+        delivered and unacknowledged) gets one, however busy the queue (a duplicate would be
+        harmless: only one claim can win)."""
         now = now or time.time()
-        empty = {q: self.ledger.queue_length(q) == 0 for q in ("render", "encode", "stitch")}
+        held = queued_work(self.ledger.broker_messages(str(q) for q in Queue))
         for job_id in self.ledger.job_ids(limit=1000):
             job = self.ledger.job(job_id)
             state = job.get("state")
             if state == JobState.STITCHING:
                 started = float(job.get("stitch_started") or now)
-                if empty["stitch"] and now - started > self.stitch_orphan_after_s:
+                lost = (STITCH.task, job_id, -1) not in held
+                if lost and now - started > self.stitch_orphan_after_s:
                     self.dispatch.stitch(job_id)
                     result.resent.append((job_id, -1))
                 continue
             if state not in (JobState.QUEUED, JobState.RUNNING):
                 continue
-            encode_job = job.get("kind") == "encode"
+            kind = kind_of(job)
             for chunk in self.ledger.chunks(job_id):
-                chunk_state = chunk.get("state")
                 since = float(chunk.get("updated") or job.get("created") or now)
                 if now - since < self.orphan_after_s:
                     continue
+                phase = waiting_for(kind, chunk.get("state", ""))
                 index = int(chunk["index"])
-                if chunk_state in (ChunkState.QUEUED, ChunkState.INTERRUPTED):
-                    if encode_job and empty["encode"]:
-                        self.dispatch.transcode(job_id, index)
-                    elif not encode_job and empty["render"]:
-                        self.dispatch.render(job_id, index)
-                    else:
-                        continue
-                elif chunk_state == ChunkState.RENDERED and empty["encode"]:
-                    self.dispatch.encode(job_id, index)
-                else:
+                if phase is None or (phase.task, job_id, index) in held:
                     continue
+                self.dispatch.send(phase.phase, job_id, index)
                 result.resent.append((job_id, index))
 
     def run_once(self) -> Pass:
+        """One pass; a step that fails is logged and the others still run."""
         result = Pass()
-        self.expire_leases(result)
-        self.open_gates(result)
+        steps = [self.expire_leases, self.open_gates]
         if time.monotonic() >= self._next_orphan_sweep:
             self._next_orphan_sweep = time.monotonic() + self.orphan_after_s / 4
-            self.resend_orphans(result)
+            steps.append(self.resend_orphans)
+        for step in steps:
+            try:
+                step(result)
+            except FarmError as exc:
+                log.warning("reconcile %s failed, will retry: %s", step.__name__, exc)
+            except Exception:  # a bug or an unexpected library error must not stop the farm
+                log.exception("reconcile %s raised; will retry next pass", step.__name__)
         return result
 
     def run_forever(self, interval_s: float) -> None:
@@ -154,6 +147,6 @@ class Reconciler:
                 result = self.run_once()
                 if result.requeued or result.failed or result.stitched or result.resent:
                     log.info("reconcile: %s", result)
-            except FarmError as exc:
-                log.warning("reconcile pass failed, will retry: %s", exc)
+            except Exception:  # never let one bad pass end the reconciler
+                log.exception("reconcile pass failed, will retry")
             time.sleep(interval_s)

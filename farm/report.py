@@ -1,10 +1,18 @@
-"""How a job looks to a person: the status summary and the progress line (pure)."""
+"""How a job looks to a person: the status summary, the progress bar and the tables (rich)."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.table import Table
+
+from farm.cost import money
 
 
 def _f(value: str | None) -> float | None:
@@ -80,37 +88,102 @@ def _clock(seconds: float | None) -> str:
     )
 
 
-def progress_line(summary: dict[str, Any], width: int = 30) -> str:
-    total = max(summary["frames_total"], 1)
-    done_frames = summary["frames_rendered"]
-    filled = int(width * summary["chunks_done"] / max(summary["chunks_total"], 1))
-    bar = "#" * filled + "-" * (width - filled)
+def to_text(renderable: RenderableType, width: int = 120) -> str:
+    """What rich draws, as plain text (no colour codes): for pipes, logs and tests."""
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None, soft_wrap=False).print(renderable)
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())
+
+
+def progress_line(summary: dict[str, Any]) -> str:
+    """One line for logs (not a terminal): where the job is, with elapsed time and ETA."""
     return (
-        f"[{bar}] {summary['state']:<9} chunks {summary['chunks_done']}/{summary['chunks_total']}"
-        f"  frames {done_frames}/{total}  elapsed {_clock(summary['elapsed_s'])}"
-        f"  eta {_clock(eta_s(summary))}"
+        f"{summary['state']:<9} chunks {summary['chunks_done']}/{summary['chunks_total']}"
+        f"  frames {summary['frames_rendered']}/{max(summary['frames_total'], 1)}"
+        f"  elapsed {_clock(summary['elapsed_s'])}  eta {_clock(eta_s(summary))}"
     )
 
 
-def status_text(summary: dict[str, Any]) -> str:
-    lines = [
-        f"job {summary['id']}  {summary['kind']}  {summary['state']}",
-        f"  chunks {summary['chunks_done']}/{summary['chunks_total']} done, frames "
+def progress_bar() -> Progress:
+    """The live bar of `submit --wait` on a terminal; `advance(progress, task, summary)` moves it."""
+    return Progress(
+        TextColumn("{task.fields[state]:<9}"),
+        BarColumn(),
+        TextColumn("chunks {task.fields[chunks]}"),
+        TextColumn("frames {task.completed:.0f}/{task.total:.0f}"),
+        TextColumn("elapsed {task.fields[elapsed]}  eta {task.fields[eta]}"),
+        transient=False,
+    )
+
+
+def advance(progress: Progress, task: TaskID, summary: dict[str, Any]) -> None:
+    progress.update(
+        task,
+        total=max(summary["frames_total"], 1),
+        completed=summary["frames_rendered"],
+        state=summary["state"],
+        chunks=f"{summary['chunks_done']}/{summary['chunks_total']}",
+        elapsed=_clock(summary["elapsed_s"]),
+        eta=_clock(eta_s(summary)),
+    )
+
+
+def status_table(summary: dict[str, Any]) -> Group:
+    head = Table.grid(padding=(0, 2))
+    head.add_row(f"job {summary['id']}", summary["kind"], summary["state"])
+    lines: list[RenderableType] = [
+        head,
+        f"chunks {summary['chunks_done']}/{summary['chunks_total']} done, frames "
         f"{summary['frames_rendered']}/{summary['frames_total']} rendered, elapsed "
         f"{_clock(summary['elapsed_s'])}",
     ]
     if summary["output"]:
-        lines.append(f"  output  {summary['output']}")
+        lines.append(f"output  {summary['output']}")
     if summary.get("chunk_plan"):
-        lines.append(f"  chunk size {summary['chunk_size']}: {summary['chunk_plan']}")
+        lines.append(f"chunk size {summary['chunk_size']}: {summary['chunk_plan']}")
+    if summary.get("cost"):
+        lines.append(cost_line(summary))
+    if summary.get("paused_reason"):
+        lines.append(f"paused  {summary['paused_reason']}")
     if summary["error"]:
-        lines.append(f"  error   {summary['error']}")
-    lines.append(f"  {'chunk':>5}  {'frames':<11} {'state':<11} {'try':>3}  {'time':>7}  worker")
+        lines.append(f"error   {summary['error']}")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name, justify in (("chunk", "right"), ("frames", "left"), ("state", "left"),
+                          ("try", "right"), ("time", "right"), ("worker", "left"),
+                          ("last error", "left")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for c in summary["chunks"]:
         dur = f"{c['duration_s']:.1f}s" if c["duration_s"] is not None else ""
-        lines.append(
-            f"  {c['index']:>5}  {c['frames']:<11} {c['state']:<11} {c['attempt']:>3}  {dur:>7}  {c['worker']}"
-        )
-        if c["error"] and c["state"] in ("failed", "queued", "rendered"):
-            lines.append(f"         last error: {c['error'].splitlines()[0][:160]}")
-    return "\n".join(lines)
+        error = c["error"].splitlines()[0][:100] if c["error"] and c["state"] != "done" else ""
+        table.add_row(str(c["index"]), c["frames"], c["state"], str(c["attempt"]), dur,
+                      c["worker"], error)  # fmt: skip
+    lines.append(table)
+    return Group(*lines)
+
+
+def jobs_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name in ("job", "kind", "state", "chunks", "frames", "source", "cost", "wasted"):
+        table.add_column(name, justify="right" if name in ("cost", "wasted") else "left")
+    for row in rows:
+        spent = row.get("cost") or {}
+        table.add_row(row["id"], row["kind"], row["state"],
+                      f"{row['chunks_done']}/{row['chunks_total']}", str(row["frames_total"]),
+                      row["spec"].get("source_name", ""),
+                      money(spent.get("spent", 0.0)), money(spent.get("wasted", 0.0)))  # fmt: skip
+    return table
+
+
+def cost_line(summary: dict[str, Any]) -> str:
+    """`farm status`: spent and wasted; expected to finish (money and time); the budget."""
+    c = summary["cost"]
+    line = (
+        f"cost    {money(c['spent'])} spent, {money(c['wasted'])} wasted "
+        f"({c['wasted_attempts']} of {c['attempts']} attempts), "
+        f"{money(c['startup'])} Blender start-up\n"
+        f"to go   {money(c['expected_to_finish'])} and {_clock(eta_s(summary))} expected, "
+        f"{money(c['expected_total'])} in all"
+    )
+    if c.get("max_cost"):
+        line += f"; budget {money(c['max_cost'])}"
+    return line

@@ -1,24 +1,63 @@
 """One settings object for every farm command and worker: CLI flags over FARM_* env over the file.
 
-`farm up` writes the file; FARM_CONFIG names another one. Nothing reads the environment at import.
+`farm up` writes the file; FARM_CONFIG names another one. Nothing reads the environment at import:
+`load_settings` reads it when an entry point asks. pydantic-settings validates every value (a
+negative lease is refused with the setting's name).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from farm.errors import ConfigError
+from farm.private import write_private
+from farm.tls import verified_redis_url
 
 ENV_PREFIX = "FARM_"
+_SOURCES: ContextVar[tuple[Mapping[str, str], Path | None]] = ContextVar(
+    "farm_settings_sources", default=({}, None)
+)
+"""The environment and config file `load_settings` reads; a bare Settings(...) reads neither."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
+class _Environment(PydanticBaseSettingsSource):
+    """FARM_* variables from a mapping (os.environ, or a test's own), validated by pydantic."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self.env = env
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        raw = self.env.get(ENV_PREFIX + field_name.upper())
+        return (raw if raw != "" else None), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values = {}
+        for name, field in self.settings_cls.model_fields.items():
+            value, key, _ = self.get_field_value(field, name)
+            if value is not None:
+                values[key] = value
+        return values
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", validate_default=True)
+
     redis_url: str = ""
     """redis://:PASSWORD@HOST:PORT/0 — broker, result backend and ledger."""
     s3_endpoint: str = ""
@@ -31,26 +70,58 @@ class Settings:
     flower_url: str = ""
     flower_user: str = ""
     flower_password: str = ""
-    lease_s: float = 30.0
+    web_url: str = ""
+    """The job pages and Prometheus /metrics (`farm web`), behind the Flower credentials."""
+    notify_url: str = ""
+    """Farm-wide webhook: every job's events are POSTed here (as well as to `submit --notify`)."""
+    webhook_secret: str = ""
+    """Shared secret for the webhooks' X-Farm-Signature (HMAC-SHA256 of the body)."""
+    lease_s: float = Field(30.0, gt=0)
     """A chunk whose lease is not renewed for this long is taken back by the reconciler."""
-    reconcile_interval_s: float = 5.0
-    max_attempts: int = 3
+    reconcile_interval_s: float = Field(5.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
     """Failures a chunk may spend before the job fails; interruptions do not count."""
-    max_lost_leases: int = 6
+    max_lost_leases: int = Field(6, ge=1)
     """Times a chunk's worker may vanish mid-chunk (lease expired) before the job fails."""
-    spot_interruption_per_h: float = 0.05
+    spot_interruption_per_h: float = Field(0.05, ge=0)
     """Expected spot reclaims per instance-hour (0.05: 5%/h); `--chunk-size auto` sizes for it."""
-    render_memory_limit_mb: int = 0
+    render_memory_limit_mb: int = Field(0, ge=0)
     """Address-space cap for CPU Blender renders (0: none), so a runaway scene fails alone."""
     imds_url: str = "http://169.254.169.254"
     """The instance metadata service the spot watcher polls (IMDSv2)."""
+    shutdown_grace_s: float = Field(100.0, ge=0)
+    """On SIGTERM a worker keeps rendering only the frames that fit in this many seconds, then
+    hands the rest of its chunk back (keep it under the container's stop timeout)."""
     scratch_dir: str = ""
     """Where workers keep scenes and frames while they work; empty: the system temp dir."""
+    asset_cache_mb: int = Field(20 * 1024, ge=0)
+    """Cap on each host's cache of scene files (textures, libraries) kept by hash; least recently
+    used files go first (workers.assets)."""
     blender: str = "blender"
     ffmpeg: str = "ffmpeg"
     ffprobe: str = "ffprobe"
+    sandbox: Literal["bwrap", "off"] = "bwrap"
+    """How Blender is boxed: `bwrap` (bubblewrap, required on the host) or `off` (no box: only
+    for hosts without bwrap that render scenes you trust)."""
+    ca_file: str = "/etc/ssl/certs/ca-certificates.crt"
+    """CA bundle ffmpeg/ffprobe verify https presigned URLs against."""
+    max_chunks: int = Field(10_000, ge=1)
+    """Cap on chunks per job: each chunk costs the ledger about 1.5 KB of Redis."""
     data_dir: str = ""
     """The local farm's data directory (`farm up --data`)."""
+    region: str = "us-east-1"
+    """Where the farm's GPUs run, for prices (the table in farm/prices.json is per region)."""
+    price_file: str = ""
+    """A price table to use instead of the one shipped (farm/prices.json, same layout)."""
+    local_instance_type: str = "g5.xlarge"
+    """A local farm's work is priced as this instance type on demand would cost."""
+    max_cost: float = Field(0.0, ge=0)
+    """Default budget per job in dollars (0: none); `submit --max-cost` overrides it."""
+
+    @field_validator("redis_url")
+    @classmethod
+    def _verified_tls(cls, url: str) -> str:
+        return verified_redis_url(url)
 
     @property
     def lease_renew_s(self) -> float:
@@ -71,7 +142,27 @@ class Settings:
         return self
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes`, validated like any other source."""
+        return Settings(**{**self.model_dump(), **changes})
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (init arguments) over FARM_* variables over the config file over defaults."""
+        env, path = _SOURCES.get()
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _Environment(settings_cls, env)]
+        if path is not None and path.exists():
+            sources.append(JsonConfigSettingsSource(settings_cls, json_file=path))
+        return tuple(sources)
 
 
 def default_config_path(env: Mapping[str, str]) -> Path:
@@ -81,16 +172,13 @@ def default_config_path(env: Mapping[str, str]) -> Path:
     return Path(base) / "farm" / "config.json"
 
 
-def _coerce(name: str, raw: object) -> object:
-    kind = {f.name: f.type for f in fields(Settings)}[name]
+@contextmanager
+def _reading(env: Mapping[str, str], path: Path | None) -> Iterator[None]:
+    token = _SOURCES.set((env, path))
     try:
-        if kind == "float":
-            return float(raw)  # type: ignore[arg-type]
-        if kind == "int":
-            return int(raw)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        raise ConfigError(f"setting {name} = {raw!r} is not a number") from None
-    return str(raw)
+        yield
+    finally:
+        _SOURCES.reset(token)
 
 
 def load_settings(
@@ -98,31 +186,29 @@ def load_settings(
     overrides: Mapping[str, object] | None = None,
     config_path: Path | None = None,
 ) -> Settings:
-    """Defaults, then the config file, then FARM_* variables, then explicit overrides."""
+    """Defaults, then the config file, then FARM_* variables, then explicit overrides (flags)."""
     env = os.environ if env is None else env
     path = config_path or default_config_path(env)
-    names = {f.name for f in fields(Settings)}
-    values: dict[str, object] = {}
     if path.exists():
         try:
-            data = json.loads(path.read_text())
+            json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path}: cannot read farm config ({exc}); fix or delete it") from exc
-        values.update({k: _coerce(k, v) for k, v in data.items() if k in names})
-    for name in names:
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw is not None and raw != "":
-            values[name] = _coerce(name, raw)
-    for name, value in (overrides or {}).items():
-        if value is not None:
-            values[name] = _coerce(name, value)
-    return replace(Settings(), **values)  # type: ignore[arg-type]
+    flags: dict[str, Any] = {k: v for k, v in (overrides or {}).items() if v is not None}
+    try:
+        with _reading(env, path):
+            return Settings(**flags)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{ENV_PREFIX}{'.'.join(map(str, e['loc'])).upper()} ({e['loc'][0]}): {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(
+            f"bad farm setting: {problems}. Fix it in the environment, the flags or {path}"
+        ) from None
 
 
 def save_settings(settings: Settings, path: Path) -> None:
     """Write the config file readable by its owner only: it holds the farm's passwords."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(settings.to_json(), indent=2) + "\n")
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    write_private(path, json.dumps(settings.to_json(), indent=2) + "\n")

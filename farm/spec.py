@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from farm.blendfile import CYCLES_DEFAULT_SAMPLES, SceneInfo
 from farm.errors import SpecError
 from farm.master import MasterInfo
 
@@ -21,8 +23,13 @@ _RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+))?\s*(?::\s*(-?\d+))?\s*$")
 class JobKind(StrEnum):
     RENDER = "render"
     """A .blend scene rendered frame by frame, then encoded and stitched."""
-    ENCODE = "encode"
+    TRANSCODE = "transcode"
     """An existing video master transcoded in frame-exact segments, then stitched."""
+
+    @classmethod
+    def parse(cls, text: str) -> JobKind:
+        """A kind by name; `encode`, this kind's name before 0.2, still reads as a transcode."""
+        return cls.TRANSCODE if text == "encode" else cls(text)
 
 
 class Codec(StrEnum):
@@ -92,9 +99,33 @@ class JobSpec:
     preset: str = "medium"
     """x264/x265 preset names; mapped to NVENC p1..p7 and SVT-AV1 presets."""
     master: MasterInfo | None = None
+    # Render jobs: what the .blend says, and which of the values above a flag set instead.
+    scene: SceneInfo | None = None
+    """The scene's own settings as read from the file at submit; None for jobs from before 0.2."""
+    engine: str | None = None
+    """--engine, or None: render with the scene's engine."""
+    camera: str | None = None
+    """--camera, or None: render through the scene's active camera."""
+    overrides: tuple[str, ...] = ()
+    """Settings a flag set (of frames, resolution, fps, samples, engine, camera); the renderer
+    leaves every other setting as the scene has it."""
+    assets_key: str | None = None
+    """The job's asset manifest in the store (farm.assets); None: the scene travels alone."""
+    missing_assets: tuple[str, ...] = ()
+    """Files the scene uses that were missing at submit (`--allow-missing`)."""
+
+    @property
+    def rate(self) -> Fraction:
+        """The exact frame rate: the scene's (24000/1001 for 23.976) unless --fps set one."""
+        if self.scene is not None and "fps" not in self.overrides:
+            return self.scene.rate
+        return Fraction(self.fps).limit_denominator(1001)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data["overrides"] = list(self.overrides)
+        data["missing_assets"] = list(self.missing_assets)
+        data["scene"] = self.scene.to_json() if self.scene else None
         data["kind"] = str(self.kind)
         data["codec"] = str(self.codec)
         data["encoder"] = str(self.encoder)
@@ -103,7 +134,7 @@ class JobSpec:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobSpec:
         return cls(
-            kind=JobKind(data["kind"]),
+            kind=JobKind.parse(data["kind"]),
             source_name=data["source_name"],
             frames=FrameRange(**data["frames"]),
             chunk_size=int(data["chunk_size"]),
@@ -115,6 +146,12 @@ class JobSpec:
             quality=None if data.get("quality") is None else int(data["quality"]),
             preset=str(data.get("preset", "medium")),
             master=MasterInfo.from_json(data["master"]) if data.get("master") else None,
+            scene=SceneInfo.from_json(data["scene"]) if data.get("scene") else None,
+            engine=data.get("engine"),
+            camera=data.get("camera"),
+            overrides=tuple(data.get("overrides", ())),
+            assets_key=data.get("assets_key"),
+            missing_assets=tuple(data.get("missing_assets", ())),
         )
 
 
@@ -176,18 +213,61 @@ def check_scene_path(path: Path) -> None:
         raise SpecError(f"{path}: does not look like a Blender file (no BLENDER header)")
 
 
+ENGINES = ("CYCLES", "BLENDER_EEVEE", "BLENDER_EEVEE_NEXT", "BLENDER_WORKBENCH")
+_ENGINE_ALIASES = {"cycles": "CYCLES", "eevee": "BLENDER_EEVEE", "workbench": "BLENDER_WORKBENCH"}
+_DEFAULT_SAMPLES = {"CYCLES": CYCLES_DEFAULT_SAMPLES, "BLENDER_EEVEE": 64, "BLENDER_EEVEE_NEXT": 64}
+RENDER_SETTINGS = ("frames", "resolution", "fps", "samples", "engine", "camera")
+"""The settings a render flag may set; every other one is the scene's."""
+
+
+def parse_engine(text: str) -> str:
+    name = _ENGINE_ALIASES.get(text.strip().lower(), text.strip().upper())
+    if name not in ENGINES:
+        raise SpecError(
+            f"--engine {text!r}: choose cycles, eevee, workbench (or {', '.join(ENGINES)})"
+        )
+    return name
+
+
+def scene_resolution(scene: SceneInfo) -> tuple[Resolution, str | None]:
+    """The size Blender renders (resolution x percentage), rounded down to even sides for the
+    video encoders; the second value says so when it rounded."""
+    width, height = scene.render_size
+    even = Resolution(width=width - width % 2, height=height - height % 2)
+    if even.width < 16 or even.height < 16 or even.width > MAX_WIDTH or even.height > MAX_HEIGHT:
+        raise SpecError(
+            f"the scene renders at {width}x{height}: outside 16x16..{MAX_WIDTH}x{MAX_HEIGHT}; "
+            "pass --resolution WIDTHxHEIGHT"
+        )
+    if (even.width, even.height) == (width, height):
+        return even, None
+    return even, f"the scene renders at {width}x{height}; the video needs even sides: {even}"
+
+
+def _scene_frames(scene: SceneInfo) -> FrameRange:
+    text = f"{scene.frame_start}-{scene.frame_end}:{scene.frame_step}"
+    try:
+        return parse_frames(text)
+    except SpecError as exc:
+        raise SpecError(f"the scene's frame range: {exc}; pass --frames FIRST-LAST") from None
+
+
 def build_render_spec(
     *,
     source_name: str,
-    frames: str,
+    frames: str | None,
     chunk_size: int | str,
-    resolution: str,
-    fps: float,
-    samples: int,
+    resolution: str | None,
+    fps: float | None,
+    samples: int | None,
     codec: str,
+    engine: str | None = None,
+    camera: str | None = None,
+    scene: SceneInfo | None = None,
 ) -> JobSpec:
-    """Validate CLI values into a render JobSpec, or raise SpecError naming the bad value.
-    `chunk_size` "auto" becomes AUTO_CHUNK."""
+    """Validate CLI values over the scene's own settings into a render JobSpec, or raise SpecError
+    naming the bad value. A None flag takes the scene's value (without a scene: the farm's old
+    defaults, 1-120 at 1920x1080, 24 fps, 64 samples). `chunk_size` "auto" becomes AUTO_CHUNK."""
     text = str(chunk_size).strip().lower()
     if text == "auto":
         chunk_size = AUTO_CHUNK
@@ -197,21 +277,81 @@ def build_render_spec(
         raise SpecError(f"--chunk-size {text}: a chunk holds at least one frame (or write auto)")
     else:
         chunk_size = int(text)
-    if not 1 <= fps <= 240:
+    given = {"frames": frames, "resolution": resolution, "fps": fps, "samples": samples}
+    given |= {"engine": engine, "camera": camera}
+    overrides = tuple(name for name in RENDER_SETTINGS if given[name] is not None)
+    if fps is not None and not 1 <= fps <= 240:
         raise SpecError(f"--fps {fps}: choose a frame rate between 1 and 240")
-    if not 1 <= samples <= 65536:
-        raise SpecError(f"--samples {samples}: choose between 1 and 65536 Cycles samples")
+    if samples is not None and not 1 <= samples <= 65536:
+        raise SpecError(f"--samples {samples}: choose between 1 and 65536 samples")
     try:
         parsed_codec = Codec(codec)
     except ValueError:
         choices = ", ".join(c.value for c in Codec)
         raise SpecError(f"--codec {codec!r}: choose one of {choices}") from None
+    parsed_engine = parse_engine(engine) if engine is not None else None
+    if camera is not None and not camera.strip():
+        raise SpecError("--camera '': name a camera object of the scene")
+    if scene is not None and camera is not None and scene.cameras and camera not in scene.cameras:
+        raise SpecError(
+            f"--camera {camera!r}: the scene has no such camera; it has {', '.join(scene.cameras)}"
+        )
+    if scene is None:
+        parsed_frames = parse_frames(frames or "1-120")
+        size = parse_resolution(resolution or "1920x1080")
+        rate, count = fps or 24.0, samples or 64
+    else:
+        parsed_frames = parse_frames(frames) if frames is not None else _scene_frames(scene)
+        size = parse_resolution(resolution) if resolution else scene_resolution(scene)[0]
+        rate = fps if fps is not None else float(scene.rate)
+        if not 1 <= rate <= 240:
+            raise SpecError(f"the scene runs at {rate:g} fps; pass --fps between 1 and 240")
+        effective_engine = parsed_engine or scene.engine
+        count = samples or (
+            scene.samples
+            if scene.samples is not None and effective_engine == scene.engine
+            else _DEFAULT_SAMPLES.get(effective_engine, 1)
+        )
     return JobSpec(
         source_name=source_name,
-        frames=parse_frames(frames),
+        frames=parsed_frames,
         chunk_size=chunk_size,
-        resolution=parse_resolution(resolution),
-        fps=fps,
-        samples=samples,
+        resolution=size,
+        fps=rate,
+        samples=count,
         codec=parsed_codec,
+        scene=scene,
+        engine=parsed_engine,
+        camera=camera,
+        overrides=overrides,
     )
+
+
+def provenance(spec: JobSpec) -> dict[str, dict[str, Any]]:
+    """Each render setting's value and where it came from ("scene" or "flag"), for `farm status`
+    and `submit --json`. Jobs without a scene record only flags and the farm's defaults."""
+    if spec.kind is not JobKind.RENDER:
+        return {}
+    scene = spec.scene
+    values: dict[str, Any] = {
+        "frames": str(spec.frames),
+        "resolution": str(spec.resolution),
+        "fps": str(spec.rate) if scene is not None else spec.fps,
+        "samples": spec.samples,
+        "engine": spec.engine or (scene.engine if scene else None),
+        "camera": spec.camera or (scene.camera if scene else None),
+    }
+    origin = "scene" if scene is not None else "default"
+    shown = {
+        name: {"value": value, "from": "flag" if name in spec.overrides else origin}
+        for name, value in values.items()
+    }
+    if scene is not None:
+        for name, value in (
+            ("denoising", scene.denoising),
+            ("view_layers", list(scene.view_layers)),
+            ("output", f"{scene.file_format} {scene.color_mode} {scene.color_depth}-bit"),
+            ("blender_version", scene.blender_version),
+        ):
+            shown[name] = {"value": value, "from": "scene"}
+    return shown

@@ -1,6 +1,7 @@
 """The object store (S3 or SeaweedFS's S3 API): the farm's durable record.
 
-All boto3 S3 calls live here; botocore errors become StoreError / UnreachableError where they enter.
+All boto3 S3 calls live here; botocore errors become StoreError / UnreachableError (retried) or
+StoreRefused (permanent: denied, no bucket, wrong keys, disk full) where they enter.
 """
 
 from __future__ import annotations
@@ -8,17 +9,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import boto3
+from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+)
 
-from farm.errors import StoreError, UnreachableError
+from farm.errors import StoreError, StoreRefused, UnreachableError
 from farm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -37,6 +45,57 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+REFUSALS = {
+    "AccessDenied": "the farm's credentials may not do this (bucket policy, IAM role or KMS key)",
+    "403": "the farm's credentials may not do this (bucket policy, IAM role or KMS key)",
+    "Forbidden": "the farm's credentials may not do this (bucket policy, IAM role or KMS key)",
+    "AllAccessDisabled": "all access to the bucket is disabled",
+    "AccountProblem": "the AWS account has a problem that blocks S3",
+    "NoSuchBucket": "the bucket does not exist (FARM_S3_BUCKET)",
+    "InvalidBucketName": "the bucket name is not valid (FARM_S3_BUCKET)",
+    "InvalidAccessKeyId": "the access key is not known to the store (FARM_S3_ACCESS_KEY)",
+    "SignatureDoesNotMatch": "the secret key is wrong (FARM_S3_SECRET_KEY)",
+    "RequestTimeTooSkewed": "this host's clock is too far off for signed requests",
+    "KMS.DisabledException": "the bucket's KMS key is disabled",
+    "KMS.NotFoundException": "the bucket's KMS key does not exist",
+    "KMS.AccessDeniedException": "the farm may not use the bucket's KMS key",
+    "KMS.KMSInvalidStateException": "the bucket's KMS key is not usable (pending deletion?)",
+    "InsufficientStorage": "the store is out of space",
+    "507": "the store is out of space",
+    "EntityTooLarge": "the object is larger than the store accepts",
+    "InvalidObjectState": "the object is archived (Glacier) and must be restored first",
+}
+"""S3 error codes that no retry can fix, and what they mean for whoever runs the farm."""
+_DISK_FULL = re.compile(r"no (more )?(free|writable) volume|disk (is )?full|no space left|"
+                        r"not enough space|out of (disk )?space|volume.*(full|size limit)",
+                        re.IGNORECASE)  # fmt: skip
+"""SeaweedFS answers 500 with one of these when its disks are full."""
+
+
+def refusal(code: str, status: int, message: str) -> str:
+    """Why a store error is permanent ('' when a retry may help): pure, from the S3 code, the
+    HTTP status and the message."""
+    if code in REFUSALS:
+        return REFUSALS[code]
+    if code.startswith("KMS.") or ("kms" in message.lower() and status in (400, 403)):
+        return "the farm may not use the bucket's KMS key"
+    if status == 403:
+        return REFUSALS["403"]
+    if status == 507 or (status >= 500 and _DISK_FULL.search(message)):
+        return REFUSALS["507"]
+    return ""
+
+
+def _refused(exc: ClientError, what: str) -> StoreError | StoreRefused:
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", "?"))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    reason = refusal(code, status, str(error.get("Message", "")))
+    if reason:
+        return StoreRefused(f"the object store refused to {what}: {code} ({reason})")
+    return StoreError(f"the object store refused to {what}: {code}")
+
+
 @contextmanager
 def _wrapped(what: str) -> Iterator[None]:
     try:
@@ -44,8 +103,17 @@ def _wrapped(what: str) -> Iterator[None]:
     except EndpointConnectionError as exc:
         raise UnreachableError(f"the object store does not answer while trying to {what}") from exc
     except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "?")
-        raise StoreError(f"the object store refused to {what}: {code}") from exc
+        raise _refused(exc, what) from exc
+    except S3UploadFailedError as exc:  # boto3's transfer wraps the ClientError it met
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ClientError):
+            raise _refused(cause, what) from exc
+        raise StoreError(f"the object store failed to {what}: {exc}") from exc
+    except NoCredentialsError as exc:
+        raise StoreRefused(
+            f"cannot {what}: no S3 credentials (set FARM_S3_ACCESS_KEY/FARM_S3_SECRET_KEY or give "
+            "the host an IAM role)"
+        ) from exc
     except BotoCoreError as exc:
         raise StoreError(f"the object store failed to {what}: {exc}") from exc
 

@@ -9,6 +9,7 @@ they know about the instance going away.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import tempfile
@@ -18,15 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutting_down
 
+from farm import cost
 from farm.dispatch import Dispatcher, make_app
+from farm.errors import FarmError
 from farm.ledger import Ledger
 from farm.settings import Settings, load_settings
 from farm.store import Store
 from workers import gpu
 from workers.context import WorkerContext, default_worker_name
-from workers.spot import Interruption, Rebalance, SpotWatcher
+from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
 from workers.tasks import register
 
 log = logging.getLogger("workers")
@@ -36,7 +39,12 @@ HEARTBEAT_S = 5.0
 
 
 def build_context(
-    settings: Settings, app: Celery, name: str, threads: int, caps: gpu.Capabilities
+    settings: Settings,
+    app: Celery,
+    name: str,
+    threads: int,
+    caps: gpu.Capabilities,
+    queues: list[str],
 ) -> WorkerContext:
     scratch = Path(settings.scratch_dir or tempfile.gettempdir()) / "farm-worker" / name
     return WorkerContext(
@@ -48,7 +56,33 @@ def build_context(
         name=name,
         scratch=scratch,
         threads=threads,
+        queues=tuple(queues),
     )
+
+
+def meter_fields(settings: Settings) -> dict[str, str]:
+    """What each claim records to price its attempt: this instance's type and lifecycle from
+    instance metadata, or on a local farm the chosen stand-in type, priced on demand."""
+    found = read_identity(settings.imds_url)
+    if found is None:
+        instance = cost.Instance(
+            instance_type=settings.local_instance_type,
+            lifecycle=cost.Lifecycle.LOCAL,
+            region=settings.region,
+        )
+    else:
+        life = found.get("lifecycle", "on-demand")
+        instance = cost.Instance(
+            instance_type=found["instance_type"],
+            lifecycle=cost.Lifecycle.SPOT if life == "spot" else cost.Lifecycle.ON_DEMAND,
+            region=found.get("region") or settings.region,
+        )
+    try:
+        return instance.claim_fields(cost.load_prices(settings.price_file))
+    except FarmError as exc:  # an instance type the table lacks: still metered, unpriced
+        log.warning("%s; its attempts are recorded at $0", exc)
+        return {"instance_type": instance.instance_type, "lifecycle": str(instance.lifecycle),
+                "price_per_s": "0"}  # fmt: skip
 
 
 def stop_consuming(app: Celery, name: str, queues: list[str]) -> None:
@@ -75,13 +109,13 @@ def main(argv: list[str] | None = None) -> None:
     caps = gpu.probe(blender=settings.blender, ffmpeg=settings.ffmpeg)
     queues = caps.queues() if args.queues == "auto" else [q.strip() for q in args.queues.split(",")]
     app = make_app(settings)
-    ctx = build_context(settings, app, args.name, args.threads, caps)
+    ctx = build_context(settings, app, args.name, args.threads, caps, queues)
+    ctx.ledger.meter = meter_fields(settings)
     register(app, lambda: ctx)
-    if os.environ.get("FARM_BENCH_TASKS") == "1":
-        # Benchmark-only tasks (bench/tasks.py): registered only when `python -m bench` asks.
-        from bench.tasks import register as register_bench
-
-        register_bench(app, lambda: ctx)
+    for module in filter(None, os.environ.get("FARM_TASK_PLUGINS", "").split(",")):
+        # Extra tasks by module name (the benchmarks set bench.tasks); each module registers its
+        # own with `register(app, get_ctx)`. Nothing here imports them by name.
+        importlib.import_module(module.strip()).register(app, lambda: ctx)
 
     def on_interruption(notice: Interruption) -> None:
         ctx.drain.start(f"spot {notice.action} notice", deadline=notice.deadline)
@@ -94,6 +128,12 @@ def main(argv: list[str] | None = None) -> None:
     watcher = SpotWatcher(
         settings.imds_url, on_interruption=on_interruption, on_rebalance=on_rebalance
     )
+
+    @worker_shutting_down.connect  # type: ignore[untyped-decorator]
+    def _shutting_down(**_: Any) -> None:
+        # SIGTERM (docker stop, a scale-in): Celery waits for the chunk in hand; the drain makes
+        # it finish only what fits in the grace time and hand the rest back, unspent.
+        ctx.drain.start("worker shutting down", deadline=time.time() + settings.shutdown_grace_s)
 
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _ready(**_: Any) -> None:

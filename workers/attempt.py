@@ -1,18 +1,37 @@
-"""The claim a task's thread holds. Its token travels with the thread, never re-read from Redis:
-an error handler must only ever move the chunk it claimed, not a newer attempt's."""
+"""One chunk attempt, the same for every phase: claim, lease, workspace, run the child, upload its
+log, verify, write the manifest, record, hand off. A phase (workers/render.py, segment.py,
+transcode.py) supplies only its command line, its checks and its manifest fields.
+
+The claim's token travels with the task's thread, never re-read from Redis: an error handler must
+only ever move the chunk it claimed, not a newer attempt's.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
+import signal
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
 
-from farm.ledger import Move
-from farm.state import ChunkState
+from farm import keys
+from farm.errors import ChunkInterrupted, LeaseLost, PermanentError
+from farm.pipeline import PhaseSpec
+from farm.proc import Result, Running, run
+from farm.sandbox import Box, wrap
+from farm.spec import JobSpec
+from farm.store import sha256_file
+from workers.context import WorkerContext
+from workers.lease import LeaseKeeper
 
-if TYPE_CHECKING:
-    from workers.context import WorkerContext
-
+log = logging.getLogger(__name__)
 _local = threading.local()
+_STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
 
 
 def hold(token: str) -> None:
@@ -29,26 +48,210 @@ def release() -> None:
     _local.token = ""
 
 
-def claim(
+def attempt_number(token: str) -> int:
+    """Tokens are `ATTEMPT:CLAIMS-NONCE`; the attempt counts tries of the chunk."""
+    return int(token.split(":", 1)[0])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What a phase's work produced: ledger fields for the done move, the manifest to write last
+    (None: the phase keeps no manifest), and a small summary for the task's result."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class ChunkAttempt:
+    """A claimed chunk under its lease: the phase's work runs inside `with attempt.keeper`."""
+
+    def __init__(
+        self, ctx: WorkerContext, job: dict[str, str], index: int, phase: PhaseSpec, token: str
+    ) -> None:
+        self.ctx = ctx
+        self.job = job
+        self.job_id = job["id"]
+        self.index = index
+        self.phase = phase
+        self.token = token
+        self.number = attempt_number(token)
+        self.keeper = LeaseKeeper(
+            ctx.ledger,
+            job_id=self.job_id,
+            chunk=index,
+            token=token,
+            lease_s=ctx.settings.lease_s,
+            renew_s=ctx.settings.lease_renew_s,
+            running=Running(),
+        )
+        self.workspace = ctx.job_dir(self.job_id) / f"{phase.phase}-{index:05d}"
+        self.log_path = self.workspace / f"{phase.log_name}.log"
+        self.log_key = keys.log_key(self.job_id, index, self.number, phase.log_name)
+
+    @cached_property
+    def spec(self) -> JobSpec:
+        return JobSpec.from_json(json.loads(self.job["spec"]))
+
+    @cached_property
+    def frames(self) -> list[int]:
+        frames: list[int] = json.loads(self.ctx.ledger.chunk(self.job_id, self.index)["frames"])
+        return frames
+
+    def fresh_workspace(self) -> Path:
+        shutil.rmtree(self.workspace, ignore_errors=True)
+        self.workspace.mkdir(parents=True)
+        return self.workspace
+
+    def check_lease(self, when: str) -> None:
+        """Never write over a newer attempt's work: stop once the lease is gone."""
+        if self.keeper.lost:
+            raise LeaseLost(f"chunk {self.index}: lease {self.keeper.lost} {when}")
+
+    def upload_log(self, redact: str = "") -> None:
+        if redact and self.log_path.exists():
+            text = self.log_path.read_text(errors="replace")
+            self.log_path.write_text(text.replace(redact, "<master URL>"))
+        self.ctx.store.put_file(self.log_key, self.log_path)
+
+    def run_child(
+        self,
+        argv: list[str],
+        *,
+        what: str,
+        on_line: Callable[[str], None] | None = None,
+        memory_limit_bytes: int = 0,
+        redact: str = "",
+        failed_at: Callable[[], str] = str,
+        box: Box | None = None,
+    ) -> Result:
+        """Run the phase's program under the lease, keep its log in the store, and raise what
+        its end means for the chunk: lost lease, interruption, or a failure with its log tail.
+        `redact`: a secret (a presigned URL) kept out of the log and the error; `box`: run the
+        program inside it (farm.sandbox), for untrusted input such as a scene."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.keeper.upload_log = lambda: self.upload_log(redact)
+        try:
+            result = run(
+                wrap(argv, box) if box is not None else argv,
+                on_line=on_line,
+                log_path=self.log_path,
+                handle=self.keeper.running,
+                memory_limit_bytes=memory_limit_bytes,
+            )
+        finally:
+            self.keeper.upload_log = None
+        self.upload_log(redact)
+        self.check_lease(f"while {what} ran")
+        if self.keeper.stopped_for:
+            raise ChunkInterrupted(f"chunk {self.index}: {self.keeper.stopped_for}")
+        stopped = result.returncode in _STOP_SIGNALS
+        if not result.ok and stopped and (self.ctx.drain.active.is_set() or result.stopped):
+            # Stopped because the worker is going away, not a crash of the scene or the encode.
+            raise ChunkInterrupted(
+                f"chunk {self.index}: {what} was stopped (signal {-result.returncode})"
+            )
+        if not result.ok:
+            # A SIGKILL nobody here sent is the kernel's OOM killer: a failure of the work, with
+            # a budget, never an interruption that could loop forever.
+            how = (
+                f"crashed ({signal.Signals(-result.returncode).name})"
+                if result.returncode < 0
+                else f"exited with code {result.returncode}"
+            )
+            tail = "\n".join(result.tail[-25:])
+            if redact:
+                tail = tail.replace(redact, "<master URL>")
+            raise PermanentError(f"{what} {how}{failed_at()}:\n{tail}")
+        return result
+
+
+Work = Callable[[ChunkAttempt], Outcome]
+
+
+def run_attempt(
     ctx: WorkerContext,
     job_id: str,
     index: int,
-    target: ChunkState,
+    phase: PhaseSpec,
+    work: Work,
     *,
-    phase: str,
-    only_from: frozenset[ChunkState],
-) -> Move:
-    """Claim the chunk for this worker with a fresh lease; on success this thread holds the token."""
-    move = ctx.ledger.move_chunk(
+    send_next: bool = True,
+) -> dict[str, Any]:
+    """Claim the chunk for `phase`, run `work` under the lease, write its manifest last, record
+    the chunk done for this phase and hand it on (`send_next` false: the caller runs the next
+    phase itself). Raises what the work raised (tasks.py turns it
+    into the ledger move the failure policy asks for)."""
+    job = ctx.ledger.job(job_id)
+    if not job:
+        return {"skipped": "unknown job"}
+    claim = ctx.ledger.move_chunk(
         job_id,
         index,
-        target,
+        phase.running,
         mode="claim",
-        only_from=only_from,
+        only_from=phase.claim_from,
         lease_s=ctx.settings.lease_s,
         worker=ctx.name,
-        phase=phase,
+        phase=str(phase.phase),
     )
-    if move.moved:
-        hold(move.token)
-    return move
+    if not claim.moved:
+        log.info("chunk %s/%d not claimed for %s (%s, was %s)", job_id, index, phase.phase,
+                 claim.status, claim.previous)  # fmt: skip
+        return {"skipped": f"chunk is {claim.previous}"}
+    hold(claim.token)
+    attempt = ChunkAttempt(ctx, job, index, phase, claim.token)
+    try:
+        # The lease covers the whole attempt, downloads and uploads included: a slow store must
+        # not let the reconciler hand the chunk to another worker.
+        with attempt.keeper:
+            outcome = work(attempt)
+            attempt.check_lease("before the result was recorded")
+            if outcome.manifest is not None:
+                ctx.store.put_json(keys.manifest_key(job_id, index), outcome.manifest)
+    finally:
+        shutil.rmtree(attempt.workspace, ignore_errors=True)
+    move = ctx.ledger.move_chunk(job_id, index, phase.done, token=claim.token, **outcome.fields)
+    if move.status not in ("ok", "same"):  # 'same': a retried call already recorded it
+        raise LeaseLost(f"chunk {index}: could not record the {phase.phase} ({move.status})")
+    if send_next or phase.next is None:
+        hand_off(ctx, job_id, index, phase)
+    return {"job_id": job_id, "chunk": index, "done": True, **outcome.summary}
+
+
+def hand_off(ctx: WorkerContext, job_id: str, index: int, phase: PhaseSpec) -> None:
+    """The chunk's next phase, or, after its last, the completion gate (one stitch per job)."""
+    if phase.next is not None:
+        ctx.dispatch.send(phase.next, job_id, index)
+    elif ctx.ledger.try_start_stitch(job_id):
+        ctx.dispatch.stitch(job_id)
+
+
+def segment_manifest(
+    attempt: ChunkAttempt,
+    *,
+    frames: Any,
+    frame_count: int,
+    segment: Path,
+    info: dict[str, Any],
+    encoder: dict[str, Any],
+    **extra: Any,
+) -> dict[str, Any]:
+    """The manifest of a video segment, the same for render and transcode jobs: what the stitch
+    checks each segment against. `info`: what ffprobe said of the segment."""
+    return {
+        "job_id": attempt.job_id,
+        "chunk": attempt.index,
+        "attempt": attempt.number,
+        "worker": attempt.ctx.name,
+        "frames": frames,
+        "frame_count": frame_count,
+        **extra,
+        "segment": {
+            "key": keys.segment_key(attempt.job_id, attempt.index),
+            "size": segment.stat().st_size,
+            "sha256": sha256_file(segment),
+            **info,
+        },
+        "encoder": encoder,
+    }

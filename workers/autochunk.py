@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from farm import chunking, keys
+from farm.pipeline import Phase
 from farm.spec import JobSpec
 from workers.context import WorkerContext
 
@@ -33,7 +34,7 @@ def plan_rest(
         return False
     if saved_s:
         m = chunking.measure_saved_times(saved_s, f"probe chunk {index} of {job_id}")
-        key = keys.r_measurement(job["scene_key"], str(spec.resolution), spec.samples)
+        key = keys.r_measurement(job["source_key"], str(spec.resolution), spec.samples)
         ctx.ledger.save_measurement(key, m)
     else:
         m = FALLBACK
@@ -58,6 +59,6 @@ def plan_rest(
         # Sent by the one caller that planned. A worker lost between the plan and these sends
         # leaves queued chunks without messages: a known gap (bench/README.md).
         for chunk in rest:
-            ctx.dispatch.render(job_id, chunk.index)
+            ctx.dispatch.send(Phase.RENDER, job_id, chunk.index)
         log.info("job %s: %d more chunks of %d frames", job_id, len(rest), choice.chunk_size)
     return won

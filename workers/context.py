@@ -45,6 +45,9 @@ class WorkerContext:
     scratch: Path
     threads: int = 0
     """CPU threads Blender may use; 0: all."""
+    queues: tuple[str, ...] = ()
+    """The queues this worker consumes: a chunk's next phase on one of them runs here at once,
+    with no second trip through the broker (workers.tasks)."""
     drain: Drain = field(default_factory=Drain)
 
     @property

@@ -57,11 +57,7 @@ class EncodeSettings:
 
 
 GLOBAL_ARGS = ("-hide_banner", "-nostdin", "-loglevel", "error", "-y")
-
-
-def _with_globals(ffmpeg_bin: str, compiled: list[str]) -> list[str]:
-    """Global options go first: ffmpeg may ignore options that trail the last output."""
-    return [ffmpeg_bin, *GLOBAL_ARGS, *compiled[1:]]
+"""Global options (ffmpeg reads them anywhere on the line; ffmpeg-python puts them last)."""
 
 
 def choose_encoder(codec: str, nvenc: bool) -> str:
@@ -76,7 +72,6 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
         "pix_fmt": "yuv420p",
         "r": str(settings.fps),
         "g": gop,
-        "movflags": "+faststart",
         # A timescale that is a whole multiple of the rate keeps every frame's duration exact.
         "video_track_timescale": settings.fps.numerator
         * (1000 if settings.fps.denominator == 1 else 1),
@@ -118,15 +113,23 @@ def frames_to_segment_argv(
     """Numbered PNGs (0-based, `%06d.png`) -> one segment of exactly `frame_count` frames."""
     stream = ffmpeg.input(str(pattern), framerate=str(settings.fps), start_number=0)
     stream = stream.output(str(out), vframes=frame_count, **codec_options(settings, frame_count))
-    return _with_globals(ffmpeg_bin, stream.compile(cmd=ffmpeg_bin))
+    return list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))
 
 
-def concat_argv(*, ffmpeg_bin: str, list_file: Path, out: Path) -> list[str]:
-    """Join segments listed in a concat-demuxer file by stream copy."""
+def moov_reserve_bytes(video_frames: int, audio_packets: int = 0) -> int:
+    """Room for the MP4 index at the front of the file, so the stitch writes it in one pass
+    (`+faststart` writes the whole file a second time to move it there). At most 48 bytes of
+    tables per sample (stsz, ctts, stss, stts, stco/co64, stsc, each at its worst of one entry
+    per sample), plus 64 KiB for the headers."""
+    return 64 * 1024 + 48 * (video_frames + audio_packets)
+
+
+def concat_argv(*, ffmpeg_bin: str, list_file: Path, out: Path, frames: int) -> list[str]:
+    """Join segments listed in a concat-demuxer file by stream copy, index first, one pass."""
     stream = ffmpeg.input(str(list_file), f="concat", safe=0).output(
-        str(out), c="copy", movflags="+faststart"
+        str(out), c="copy", moov_size=moov_reserve_bytes(frames)
     )
-    return _with_globals(ffmpeg_bin, stream.compile(cmd=ffmpeg_bin))
+    return list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))
 
 
 def concat_list(segments: list[tuple[Path, Fraction]]) -> str:
@@ -146,22 +149,3 @@ def concat_list(segments: list[tuple[Path, Fraction]]) -> str:
         lines.append(f"duration {micros // 1_000_000}.{micros % 1_000_000:06d}")
         start = end
     return "\n".join(lines) + "\n"
-
-
-def probe_argv(*, ffprobe_bin: str, path: Path) -> list[str]:
-    """Count the video frames (packets) and read size, rate and codec, as JSON."""
-    return [
-        ffprobe_bin,
-        "-v",
-        "error",
-        "-select_streams",
-        "v:0",
-        "-count_packets",
-        "-show_entries",
-        "stream=codec_name,width,height,r_frame_rate,avg_frame_rate,nb_read_packets,pix_fmt",
-        "-show_entries",
-        "format=duration",
-        "-of",
-        "json",
-        str(path),
-    ]

@@ -1,31 +1,22 @@
-"""What this worker's hardware can do: a Cycles GPU backend (OptiX, CUDA) and a working NVENC.
+"""What this worker can do: its Blender (version, engines, Cycles devices, denoisers), a Cycles
+GPU backend (OptiX, CUDA) and a working NVENC.
 
-Both are found by trying, not by reading a model name: H100/H200/A100 have CUDA but no encoder.
+All are found by trying, not by reading a model name: H100/H200/A100 have CUDA but no encoder.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from dataclasses import asdict, dataclass
 
 from farm import proc
-from farm.dispatch import Queue
 from farm.errors import PermanentError
+from farm.pipeline import Queue
+from farm.versions import parse_version
+from workers import blender as blender_cmd
 
 log = logging.getLogger(__name__)
-
-_CYCLES_DEVICES = (
-    "import _cycles, json\n"
-    "found = {}\n"
-    "for kind in ('OPTIX', 'CUDA'):\n"
-    "    try:\n"
-    "        found[kind] = [d[0] for d in _cycles.available_devices(kind) if d[1] == kind]\n"
-    "    except Exception as exc:\n"
-    "        found[kind] = []\n"
-    "print('FARM_DEVICES ' + json.dumps(found))\n"
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,11 +28,26 @@ class Capabilities:
     nvenc: bool = False
     """A one-frame test encode with h264_nvenc succeeded."""
     nvenc_error: str = ""
+    blender_version: str = ""
+    """The Blender release that renders here, e.g. "4.5.4"; empty when the probe did not run."""
+    blender_file_version: tuple[int, ...] = ()
+    """Its file format version, e.g. (4, 5, 91): what decides which newer files it opens."""
+    engines: tuple[str, ...] = ()
+    """Render engines it has, under its own names (BLENDER_EEVEE_NEXT in 4.5)."""
+    devices: tuple[str, ...] = ()
+    """Cycles device kinds with a device here: CPU, CUDA, OPTIX, HIP, ONEAPI."""
+    denoisers: tuple[str, ...] = ()
+    """OPENIMAGEDENOISE where the build has it; OPTIX with an OptiX device."""
+    blender_error: str = ""
+    """Why the Blender probe failed; such a worker takes no render chunks."""
 
     def queues(self) -> list[str]:
-        """Render and stitch always; encode where NVENC works, or where there is no GPU at all
-        (a CPU host encodes in software; a GPU host without an encoder leaves encodes to others)."""
-        queues = [str(Queue.RENDER), str(Queue.STITCH)]
+        """Render (when Blender works) and stitch; encode where NVENC works, or where there is no
+        GPU at all (a CPU host encodes in software; a GPU host without an encoder leaves encodes
+        to others)."""
+        queues = (
+            [str(Queue.STITCH)] if self.blender_error else [str(Queue.RENDER), str(Queue.STITCH)]
+        )
         if self.nvenc or not self.gpus:
             queues.insert(1, str(Queue.ENCODE))
         return queues
@@ -59,18 +65,44 @@ def list_gpus() -> tuple[str, ...]:
     return tuple(line.strip() for line in result.stdout.splitlines() if line.strip())
 
 
-def cycles_device(blender: str) -> str:
-    argv = [blender, "--background", "--factory-startup", "--python-expr", _CYCLES_DEVICES]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlenderInfo:
+    version: str = ""
+    file_version: tuple[int, ...] = ()
+    engines: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    denoisers: tuple[str, ...] = ()
+    error: str = ""
+
+
+def probe_blender(blender: str) -> BlenderInfo:
+    """Run the render script's `--probe` in this worker's Blender (binary or bpy wheel)."""
     try:
-        result = proc.capture(argv, 120)
-    except PermanentError:
-        raise
-    for line in result.stdout.splitlines():
-        if line.startswith("FARM_DEVICES "):
-            found = json.loads(line.removeprefix("FARM_DEVICES "))
-            for kind in ("OPTIX", "CUDA"):
-                if found.get(kind):
-                    return kind
+        result = proc.capture(blender_cmd.probe_argv(blender=blender), 180)
+    except PermanentError as exc:
+        return BlenderInfo(error=str(exc))
+    caps = blender_cmd.parse_caps(result.stdout)
+    if result.returncode != 0 or caps is None:
+        tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
+        return BlenderInfo(
+            error=f"Blender probe ({blender}) exited {result.returncode}: " + " | ".join(tail)
+        )
+    version = str(caps.get("version", ""))
+    return BlenderInfo(
+        version=version,
+        file_version=tuple(int(v) for v in caps.get("file_version", ()))
+        or parse_version(version or "0"),
+        engines=tuple(caps.get("engines", ())),
+        devices=tuple(sorted(caps.get("devices", {}))),
+        denoisers=tuple(caps.get("denoisers", ())),
+    )
+
+
+def best_device(devices: tuple[str, ...], gpus: tuple[str, ...]) -> str:
+    """OPTIX, then CUDA, where an NVIDIA GPU is listed and Cycles found it; else CPU."""
+    for kind in ("OPTIX", "CUDA"):
+        if gpus and kind in devices:
+            return kind
     return "CPU"
 
 
@@ -103,8 +135,21 @@ def nvenc_works(ffmpeg: str) -> tuple[bool, str]:
 
 def probe(*, blender: str, ffmpeg: str) -> Capabilities:
     gpus = list_gpus()
-    device = cycles_device(blender) if gpus else "CPU"
+    info = probe_blender(blender)
+    if info.error:
+        log.error("this worker takes no render chunks: %s", info.error)
     nvenc, error = nvenc_works(ffmpeg) if gpus else (False, "no NVIDIA GPU")
-    caps = Capabilities(gpus=gpus, cycles_device=device, nvenc=nvenc, nvenc_error=error)
+    caps = Capabilities(
+        gpus=gpus,
+        cycles_device=best_device(info.devices, gpus),
+        nvenc=nvenc,
+        nvenc_error=error,
+        blender_version=info.version,
+        blender_file_version=info.file_version,
+        engines=info.engines,
+        devices=info.devices,
+        denoisers=info.denoisers,
+        blender_error=info.error,
+    )
     log.info("capabilities: %s", caps)
     return caps

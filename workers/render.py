@@ -1,4 +1,4 @@
-"""Render one chunk: claim it, render its frames with Blender, upload each frame as it is saved.
+"""The render phase: a chunk's frames rendered by Blender, each uploaded as it is saved.
 
 Frames already in the store and verified (size and checksum in the ledger) are not rendered again.
 """
@@ -8,22 +8,23 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import signal
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm import keys
-from farm.errors import ChunkInterrupted, LeaseLost, PermanentError, TransientError
+from farm.errors import PermanentError, TransientError
 from farm.ledger import Ledger
-from farm.proc import Running, run
 from farm.spec import JobSpec
-from farm.state import ChunkState
 from farm.store import Store, sha256_file
-from workers import attempt, autochunk, blender, spot
+from workers import autochunk, blender, spot, thumbnail
+from workers.assets import build_tree
+from workers.attempt import ChunkAttempt, Outcome
+from workers.box import render_box
 from workers.context import WorkerContext
-from workers.lease import LeaseKeeper
+from workers.source import fetch_source
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ class FrameUploader:
     ledger: Ledger
     job_id: str
     chunk: int
+    ffmpeg: str = ""
+    """Makes each frame's thumbnail for the job page (workers.thumbnail); empty: none."""
     done: list[int] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
     upload_s: float = 0.0
@@ -76,23 +79,12 @@ class FrameUploader:
                 self.ledger.set_chunk_fields(
                     self.job_id, self.chunk, frames_rendered=len(self.done)
                 )
+                if self.ffmpeg:
+                    thumbnail.make_and_upload(self.ffmpeg, self.store, self.job_id, frame, path)
             except Exception as exc:  # reported after Blender ends
                 log.exception("upload of frame %d failed", frame)
                 self.errors.append(exc)
             self.upload_s += time.monotonic() - started
-
-
-def fetch_scene(ctx: WorkerContext, scene_key: str) -> Path:
-    """Scenes are content-addressed, so a cached copy with the right size is the right scene."""
-    local = ctx.scene_cache() / Path(scene_key).name
-    size = ctx.store.size(scene_key)
-    if size is None:
-        raise PermanentError(
-            f"the scene {scene_key} is missing from the store; submit the job again"
-        )
-    if not local.exists() or local.stat().st_size != size:
-        ctx.store.get_file(scene_key, local)
-    return local
 
 
 def frames_to_render(ctx: WorkerContext, job_id: str, frames: list[int]) -> list[int]:
@@ -107,109 +99,92 @@ def frames_to_render(ctx: WorkerContext, job_id: str, frames: list[int]) -> list
     return todo
 
 
-def render_chunk(ctx: WorkerContext, job_id: str, index: int) -> dict[str, object]:
-    """Returns a small summary; raises PermanentError/TransientError/ChunkInterrupted/LeaseLost."""
-    job = ctx.ledger.job(job_id)
-    if not job:
-        return {"skipped": "unknown job"}
-    claim = attempt.claim(
-        ctx, job_id, index, ChunkState.RENDERING, phase="render",
-        only_from=frozenset({ChunkState.QUEUED, ChunkState.INTERRUPTED}),
-    )  # fmt: skip
-    if not claim.moved:
-        log.info(
-            "chunk %s/%d not claimed (%s, was %s)", job_id, index, claim.status, claim.previous
-        )
-        return {"skipped": f"chunk is {claim.previous}"}
+def render_frames(attempt: ChunkAttempt) -> Outcome:
+    """The render phase: the chunk's frames not yet in the store, each uploaded as it is saved.
+    Raises PermanentError/TransientError/ChunkInterrupted/LeaseLost."""
+    ctx, job, job_id, index = attempt.ctx, attempt.job, attempt.job_id, attempt.index
     started = time.monotonic()
-    # The lease is held from the claim to the last write, not only while Blender runs: a large
-    # scene download or a slow store must not let the reconciler hand the chunk to another worker.
-    keeper = LeaseKeeper(
-        ctx.ledger,
-        job_id=job_id,
-        chunk=index,
-        token=claim.token,
-        lease_s=ctx.settings.lease_s,
-        renew_s=ctx.settings.lease_renew_s,
-        running=Running(),
+    spec, frames = attempt.spec, attempt.frames
+    scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
+    fetched_s = time.monotonic() - started
+    todo = frames_to_render(ctx, job_id, frames)
+    uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index, ffmpeg=ctx.settings.ffmpeg)
+    saved_s: list[float] = []
+    timing: dict[str, float] = {}
+    if todo:
+        progress = _run_blender(ctx, attempt, spec, scene, todo, uploader)
+        saved_s, timing = progress.saved_s, progress.timing()
+    if job.get("plan_pending") == "1":
+        autochunk.plan_rest(ctx, job_id, spec, saved_s, index)
+    return Outcome(
+        fields={
+            **timing,
+            "render_s": round(time.monotonic() - started, 3),
+            "fetch_s": round(fetched_s, 3),
+            "upload_s": round(uploader.upload_s, 3),
+            "frames_rendered": len(frames),
+            "frames_reused": len(frames) - len(todo),
+        },
+        summary={"rendered": len(todo), "reused": len(frames) - len(todo)},
     )
-    with keeper:
-        spec = JobSpec.from_json(json.loads(job["spec"]))
-        frames = json.loads(ctx.ledger.chunk(job_id, index)["frames"])
-        scene = fetch_scene(ctx, job["scene_key"])
-        fetched_s = time.monotonic() - started
-        todo = frames_to_render(ctx, job_id, frames)
-        uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
-        saved_s: list[float] = []
-        timing: dict[str, float] = {}
-        if todo:
-            progress = _run_blender(ctx, keeper, spec, scene, todo, uploader)
-            saved_s, timing = progress.saved_s, progress.timing()
-        elapsed = time.monotonic() - started
-        if timing:
-            ctx.ledger.set_chunk_fields(job_id, index, **timing)
-        if job.get("plan_pending") == "1":
-            autochunk.plan_rest(ctx, job_id, spec, saved_s, index)
-    if keeper.lost:
-        raise LeaseLost(f"chunk {index}: lease {keeper.lost} before the render was recorded")
-    move = ctx.ledger.move_chunk(
-        job_id,
-        index,
-        ChunkState.RENDERED,
-        token=claim.token,
-        render_s=round(elapsed, 3),
-        fetch_s=round(fetched_s, 3),
-        upload_s=round(uploader.upload_s, 3),
-        frames_rendered=len(frames),
-        frames_reused=len(frames) - len(todo),
-    )
-    if move.status not in ("ok", "same"):  # 'same': a retried call already recorded it
-        raise LeaseLost(f"chunk {index}: could not record the render ({move.status})")
-    ctx.dispatch.encode(job_id, index)
-    return {
-        "job_id": job_id,
-        "chunk": index,
-        "rendered": len(todo),
-        "reused": len(frames) - len(todo),
-    }
 
 
 @dataclass(slots=True)
 class _Progress:
-    """What Blender's log has told us so far: the frame it is on and how long frames take."""
+    """What the render script has told us so far: the frame it is on and how long frames take.
+    Only its own lines (this run's nonce) count; Blender's `Fra:` lines feed the live frame."""
 
+    nonce: str = ""
+    out_dir: Path = Path()
+    todo: list[int] = field(default_factory=list)
     frame: int | None = None
     saved: set[int] = field(default_factory=set)
     frame_times_s: list[float] = field(default_factory=list)
     launched: float = field(default_factory=time.monotonic)
     saved_s: list[float] = field(default_factory=list)
-    """Seconds from launch to each `Saved:` line: what auto chunk sizing measures."""
+    """Seconds from launch to each accepted frame: what auto chunk sizing measures."""
     read_s: float | None = None
-    """Launch to `Read blend:` (Blender's own start-up)."""
+    """Launch to Blender ready to open the scene (its own start-up)."""
     first_frame_s: float | None = None
-    """Launch to the first `Fra:` line (start-up, scene load and the setup script)."""
+    """Launch to the first frame started (start-up, scene load and the overrides)."""
+    masters: dict[int, tuple[Path, ...]] = field(default_factory=dict)
+    """Each frame's files in the scene's output format (PNG, EXR); the preview is uploaded."""
+    rejected: list[str] = field(default_factory=list)
 
     def on_line(self, line: str, uploader: FrameUploader) -> None:
-        saved = blender.saved_frame(line)
-        if saved:
-            self.saved_s.append(time.monotonic() - self.launched)
-            self.saved.add(saved[0])
-            uploader.add(*saved)
+        ours = blender.script_line(line, self.nonce) if self.nonce else None
+        if ours is not None:
+            self._on_script(ours, uploader)
             return
-        if self.read_s is None and line.startswith("Read blend:"):
-            self.read_s = time.monotonic() - self.launched
         progress = blender.frame_progress(line)
         if progress:
-            if self.first_frame_s is None:
-                self.first_frame_s = time.monotonic() - self.launched
             self.frame = progress[0]
-            return
-        took = blender.frame_time_s(line)
-        if took is not None:
-            self.frame_times_s.append(took)
+
+    def _on_script(self, line: blender.ScriptLine, uploader: FrameUploader) -> None:
+        now = time.monotonic() - self.launched
+        if line.kind == "LOADED":
+            load_s = line.body.get("load_s")
+            self.read_s = now - (float(load_s) if isinstance(load_s, int | float) else 0.0)
+        elif line.kind == "START":
+            frame = line.body.get("frame")
+            self.frame = frame if isinstance(frame, int) else self.frame
+            if self.first_frame_s is None:
+                self.first_frame_s = now
+        elif line.kind == "FRAME":
+            try:
+                rendered = blender.accept_frame(line, out_dir=self.out_dir, frames=self.todo)
+            except blender.FrameRejected as exc:
+                log.warning("ignored a frame line of the render script: %s", exc)
+                self.rejected.append(str(exc))
+                return
+            self.saved_s.append(now)
+            self.saved.add(rendered.frame)
+            self.frame_times_s.append(rendered.render_s)
+            self.masters[rendered.frame] = rendered.files
+            uploader.add(rendered.frame, rendered.preview)
 
     def failed_frame(self, todo: list[int]) -> int | None:
-        """Blender renders the list in order: the first unsaved frame is where it stopped."""
+        """The script renders the list in order: the first unsaved frame is where it stopped."""
         return next((f for f in todo if f not in self.saved), self.frame)
 
     def frame_time_s(self) -> float:
@@ -230,30 +205,28 @@ class _Progress:
 
 def _run_blender(
     ctx: WorkerContext,
-    keeper: LeaseKeeper,
+    attempt: ChunkAttempt,
     spec: JobSpec,
     scene: Path,
     todo: list[int],
     uploader: FrameUploader,
 ) -> _Progress:
-    """Render `todo` under the keeper's lease; raise what the outcome means for the chunk."""
-    job_id, index = keeper.job_id, keeper.chunk
-    out_dir = ctx.job_dir(job_id) / "frames"
+    """Render `todo` under the attempt's lease; raise what the outcome means for the chunk."""
+    keeper = attempt.keeper
+    out_dir = ctx.job_dir(attempt.job_id) / "frames"
     out_dir.mkdir(parents=True, exist_ok=True)
-    attempt_no = _attempt(keeper.token)
-    log_path = ctx.job_dir(job_id) / f"render-{index:05d}-{attempt_no}.log"
-    log_key = keys.log_key(job_id, index, attempt_no, "render")
-    settings = blender.RenderSettings(
-        width=spec.resolution.width,
-        height=spec.resolution.height,
-        samples=spec.samples,
-        device=ctx.caps.cycles_device,
-        threads=ctx.threads,
+    settings = blender.settings_from_spec(spec, device=ctx.caps.cycles_device, threads=ctx.threads)
+    nonce = secrets.token_hex(16)
+    job_path = attempt.workspace / "blender-job.json"
+    job_path.parent.mkdir(parents=True, exist_ok=True)
+    job = blender.job_file(
+        scene=scene, out_dir=out_dir, frames=todo, settings=settings, nonce=nonce
     )
-    argv = blender.render_argv(
-        blender=ctx.settings.blender, scene=scene, out_dir=out_dir, frames=todo, settings=settings
+    job_path.write_text(json.dumps(job))
+    argv = blender.script_argv(
+        blender=ctx.settings.blender, job_path=job_path, trusted=settings.trusted
     )
-    progress = _Progress()
+    progress = _Progress(nonce=nonce, out_dir=out_dir, todo=list(todo))
 
     def spot_check() -> str:
         deadline = ctx.drain.deadline
@@ -269,50 +242,40 @@ def _run_blender(
             return ""
         return f"spot interruption: {remaining} frames cannot finish before the deadline"
 
+    def failed_at() -> str:
+        frame = progress.failed_frame(todo)
+        return f" on frame {frame}" if frame is not None else ""
+
     keeper.should_stop = spot_check
-    keeper.upload_log = lambda: ctx.store.put_file(log_key, log_path)
     # A memory cap protects the host from a runaway scene; CUDA maps huge address ranges, so the
     # cap only applies to CPU renders.
     limit_mb = ctx.settings.render_memory_limit_mb if settings.device == "CPU" else 0
     uploader.start()
     try:
-        result = run(
+        attempt.run_child(
             argv,
+            what="Blender",
             on_line=lambda line: progress.on_line(line, uploader),
-            log_path=log_path,
-            handle=keeper.running,
             memory_limit_bytes=limit_mb * 1024 * 1024,
+            failed_at=failed_at,
+            box=render_box(
+                ctx.settings,
+                workspace=attempt.workspace,
+                out_dir=out_dir,
+                scene=scene,
+                tree=bool(spec.assets_key),
+            ),
         )
     finally:
         uploader.finish()
-        keeper.should_stop = keeper.upload_log = None
-    ctx.store.put_file(log_key, log_path)
-    if keeper.lost:
-        raise LeaseLost(f"chunk {index}: lease {keeper.lost} while rendering")
-    if keeper.stopped_for:
-        raise ChunkInterrupted(f"chunk {index}: {keeper.stopped_for}")
-    stopped = result.returncode in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
-    if stopped and (ctx.drain.active.is_set() or result.stopped):
-        # Stopped because the worker is going away, not a crash of the scene.
-        raise ChunkInterrupted(f"chunk {index}: Blender was stopped (signal {-result.returncode})")
-    if not result.ok:
-        # A SIGKILL nobody here sent is the kernel's OOM killer: a failure of the scene, with
-        # a budget, never an interruption that could loop forever.
-        how = (
-            f"crashed ({signal.Signals(-result.returncode).name})"
-            if result.returncode < 0
-            else f"exited with code {result.returncode}"
-        )
-        frame = progress.failed_frame(todo)
-        where = f" on frame {frame}" if frame is not None else ""
-        tail = "\n".join(result.tail[-25:])
-        raise PermanentError(f"Blender {how}{where}:\n{tail}")
+        keeper.should_stop = None
     uploader.raise_errors()
     missing = sorted(set(todo) - set(uploader.done))
     if missing:
-        raise PermanentError(f"Blender reported success but frames {missing} were not saved")
+        rejected = (
+            f" (lines rejected: {'; '.join(progress.rejected[:3])})" if progress.rejected else ""
+        )
+        raise PermanentError(
+            f"Blender reported success but frames {missing} were not saved{rejected}"
+        )
     return progress
-
-
-def _attempt(token: str) -> int:
-    return int(token.split(":", 1)[0])

@@ -67,6 +67,44 @@ def can_finish(
     return now + remaining_frames * frame_time_s + margin_s < deadline
 
 
+IDENTITY_PATHS = {
+    "instance_type": "/latest/meta-data/instance-type",
+    "lifecycle": "/latest/meta-data/instance-life-cycle",
+    "region": "/latest/meta-data/placement/region",
+}
+"""What a worker reads once at start to price its attempts (IMDSv2; lifecycle is `spot` or
+`on-demand`)."""
+
+
+def read_identity(base_url: str, timeout_s: float = 1.0) -> dict[str, str] | None:
+    """instance_type, lifecycle and region from IMDSv2, or None off EC2 (nothing answers)."""
+    base = base_url.rstrip("/")
+    if not base:
+        return None
+
+    def call(path: str, method: str = "GET", headers: dict[str, str] | None = None) -> str:
+        request = urllib.request.Request(base + path, method=method, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body: bytes = response.read()
+            return body.decode().strip()
+
+    try:
+        token = call(TOKEN_PATH, "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+        found = {}
+        for name, path in IDENTITY_PATHS.items():
+            try:
+                found[name] = call(path, headers={"X-aws-ec2-metadata-token": token})
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+        if "instance_type" not in found:
+            return None
+        return found
+    except (OSError, ValueError) as exc:
+        log.info("no instance metadata at %s (%s): pricing as a local machine", base, exc)
+        return None
+
+
 class SpotWatcher:
     """Polls IMDSv2 every `interval_s`; calls each handler once when its notice first appears."""
 

@@ -7,36 +7,52 @@ means another attempt owns the chunk, so this one just stops.
 
 from __future__ import annotations
 
+import json
 import logging
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery import Celery
 
-from farm.dispatch import ENCODE_TASK, RENDER_TASK, STITCH_TASK, TRANSCODE_TASK
 from farm.errors import (
     ChunkInterrupted,
     FarmError,
     FramesMissing,
     LeaseLost,
     PermanentError,
+    StoreRefused,
     TransientError,
 )
+from farm.pipeline import PHASES, STITCH, Phase, PhaseSpec, first_phase, kind_of
+from farm.spec import JobKind, JobSpec
 from farm.state import ChunkState, JobState
 from workers import attempt
+from workers.attempt import Work
 from workers.context import WorkerContext
-from workers.encode import encode_chunk
-from workers.render import render_chunk
-from workers.stitch import stitch_job
+from workers.render import render_frames
+from workers.segment import segment_chunk
+from workers.stitch import stitch_frames
 from workers.transcode import transcode_segment
+from workers.transcode_stitch import stitch_master
 
 log = logging.getLogger(__name__)
 
 
-def backoff_s(failures: int, base_s: float = 2.0, cap_s: float = 120.0) -> float:
-    """Exponential backoff for the next attempt after `failures` failures (pure)."""
-    return float(min(cap_s, base_s * 2 ** max(failures - 1, 0)))
+def backoff_s(
+    failures: int, base_s: float = 2.0, cap_s: float = 120.0, jitter: float = 0.5
+) -> float:
+    """Exponential backoff for the next attempt after `failures` failures, with "equal jitter":
+    between half and all of the exponential step, so chunks that failed together (a store
+    outage) do not all come back in the same second. `jitter` is a uniform draw in [0, 1); the
+    default is the middle, so the function stays pure for callers that pass none."""
+    step = min(cap_s, base_s * 2 ** max(failures - 1, 0))
+    return float(step / 2 + step / 2 * jitter)
+
+
+def jittered_backoff_s(failures: int) -> float:
+    return backoff_s(failures, jitter=random.random())
 
 
 BLOCK_AFTER = 2
@@ -62,143 +78,181 @@ def run_chunk_phase(
     ctx: WorkerContext,
     job_id: str,
     chunk: int,
-    phase: str,
-    work: Callable[[WorkerContext, str, int], dict[str, object]],
+    phase: PhaseSpec,
+    works: Mapping[Phase, Work] | None = None,
 ) -> dict[str, object]:
-    """Run the render, encode or transcode phase of a chunk and apply the failure policy to its
-    outcome. A transcode (encode job) has no render to keep, so it goes back to QUEUED."""
-    back_to = ChunkState.RENDERED if phase == "encode" else ChunkState.QUEUED
-    resend = {
-        "render": ctx.dispatch.render,
-        "encode": ctx.dispatch.encode,
-        "transcode": ctx.dispatch.transcode,
-    }[phase]
+    """Run one attempt of a chunk's phase and apply the failure policy to its outcome. When the
+    chunk's next phase is on a queue this worker serves (a host that renders and can encode), it
+    runs here at once: one hop through the broker per chunk, and the frames are still on disk.
+    `works`: each phase's work (PHASE_WORK unless a test gives its own)."""
+    works = PHASE_WORK if works is None else works
+    while True:
+        nxt = PHASES[phase.next] if phase.next is not None else None
+        inline = nxt is not None and str(nxt.queue) in ctx.queues and nxt.phase in works
+        result = _run_phase(ctx, job_id, chunk, phase, works[phase.phase], send_next=not inline)
+        if nxt is None or not inline or not result.get("done"):
+            return result
+        phase = nxt
+
+
+def _run_phase(
+    ctx: WorkerContext, job_id: str, chunk: int, phase: PhaseSpec, work: Work, *, send_next: bool
+) -> dict[str, object]:
+
+    def resend(countdown_s: float = 0) -> None:
+        ctx.dispatch.send(phase.phase, job_id, chunk, countdown_s)
+
     if ctx.drain.active.is_set():
         # The message reached a worker that is going away: send it on for another to take.
-        resend(job_id, chunk)
+        resend()
         return {"job_id": job_id, "chunk": chunk, "handed_back": f"draining: {ctx.drain.reason}"}
-    if kept_off(ctx, job_id, "render" if phase == "render" else "encode"):
-        resend(job_id, chunk, 2.0)
+    if kept_off(ctx, job_id, phase.queue):
+        resend(2.0)
         return {"job_id": job_id, "chunk": chunk, "handed_back": "blocklisted on this job"}
     attempt.release()
     try:
-        return work(ctx, job_id, chunk)
+        return attempt.run_attempt(ctx, job_id, chunk, phase, work, send_next=send_next)
     except LeaseLost as exc:
         log.warning("%s", exc)
-        _release_if_job_failed(ctx, job_id, chunk, back_to)
+        _release_if_job_failed(ctx, job_id, chunk, phase)
         return {"job_id": job_id, "chunk": chunk, "lost": str(exc)}
     except (ChunkInterrupted, TransientError) as exc:
         token = attempt.held()
         interrupted = isinstance(exc, ChunkInterrupted)
         if not token:  # failed before the claim: the chunk is untouched, the message is not
-            resend(job_id, chunk, backoff_s(2))
+            resend(jittered_backoff_s(2))
             return {"job_id": job_id, "chunk": chunk, "handed_back": str(exc)}
         transients = 0 if interrupted else ctx.ledger.bump(job_id, chunk, "transients")
         if transients > MAX_TRANSIENT:
-            return _fail(ctx, job_id, chunk, phase, back_to, resend, token, PermanentError(
+            return _fail(ctx, job_id, chunk, phase, token, PermanentError(
                 f"gave up after {transients} transient errors; the last: {exc}"
             ))  # fmt: skip
         if interrupted:
-            # Marked interrupted and sent again at once; the next claim takes it from there.
             move = ctx.ledger.move_chunk(
-                job_id, chunk, ChunkState.INTERRUPTED, token=token, mode="interrupt", error=str(exc),
+                job_id, chunk, phase.on_interrupt, token=token, mode="interrupt", error=str(exc),
                 max_failures=ctx.settings.max_lost_leases,
             )  # fmt: skip
-            resend = ctx.dispatch.transcode if phase == "transcode" else ctx.dispatch.render
-        elif phase == "transcode":
-            # ENCODING -> QUEUED is a failure move only; hand back through INTERRUPTED instead.
-            move = ctx.ledger.move_chunk(
-                job_id, chunk, ChunkState.INTERRUPTED, token=token, error=f"transient: {exc}"
-            )
-            if move.moved:
-                move = ctx.ledger.move_chunk(job_id, chunk, ChunkState.QUEUED)
         else:
             move = ctx.ledger.move_chunk(
-                job_id, chunk, back_to, token=token, error=f"transient: {exc}"
-            )
+                job_id, chunk, phase.on_failure, token=token, mode="handback",
+                error=f"transient: {exc}",
+            )  # fmt: skip
         if move.moved and move.target != ChunkState.FAILED:
-            resend(job_id, chunk, 0 if interrupted else backoff_s(transients))
+            resend(0 if interrupted else jittered_backoff_s(transients))
         return {"job_id": job_id, "chunk": chunk, "handed_back": str(exc)}
     except PermanentError as exc:
-        return _fail(ctx, job_id, chunk, phase, back_to, resend, attempt.held(), exc)
+        return _fail(ctx, job_id, chunk, phase, attempt.held(), exc)
     except Exception as exc:  # a bug or an unclassified error: a failure with a budget, not a hang
-        log.exception("chunk %s/%d %s raised", job_id, chunk, phase)
+        log.exception("chunk %s/%d %s raised", job_id, chunk, phase.phase)
         wrapped = PermanentError(f"{type(exc).__name__}: {exc}")
-        return _fail(ctx, job_id, chunk, phase, back_to, resend, attempt.held(), wrapped)
+        return _fail(ctx, job_id, chunk, phase, attempt.held(), wrapped)
 
 
 MAX_TRANSIENT = 20
 """Transient hand-backs of one chunk before it counts as a failure (an outage of ~an hour)."""
+MAX_STITCH_TRANSIENT = 10
+"""Transient errors of a job's stitch before the job fails with the last (about 15 minutes)."""
 
 
-def _release_if_job_failed(
-    ctx: WorkerContext, job_id: str, chunk: int, back_to: ChunkState
-) -> None:
+def _release_if_job_failed(ctx: WorkerContext, job_id: str, chunk: int, phase: PhaseSpec) -> None:
     """Stopped because another chunk failed the job: put ours back unspent for `farm retry`."""
     token = attempt.held()
-    if token and ctx.ledger.job(job_id).get("state") == "failed":
-        ctx.ledger.move_chunk(job_id, chunk, back_to, token=token, error="stopped: the job failed")
+    if token and ctx.ledger.job(job_id).get("state") == JobState.FAILED:
+        ctx.ledger.move_chunk(
+            job_id, chunk, phase.on_failure, token=token, error="stopped: the job failed"
+        )
 
 
 def _fail(
     ctx: WorkerContext,
     job_id: str,
     chunk: int,
-    phase: str,
-    back_to: ChunkState,
-    resend: Callable[[str, int, float], str],
+    phase: PhaseSpec,
     token: str,
     exc: PermanentError,
 ) -> dict[str, object]:
     """Spend one attempt of the chunk's budget, then retry with backoff or fail the job."""
     ctx.ledger.blame(job_id, ctx.name)
+    retry = phase
     if isinstance(exc, FramesMissing):  # the frames, not the encode, need doing again
-        back_to, resend = ChunkState.QUEUED, ctx.dispatch.render
+        retry = first_phase(kind_of(ctx.ledger.job(job_id)))
+    back_to = retry.on_failure if retry is phase else retry.on_lost
     if not token:
-        log.error("chunk %s/%d %s failed before it was claimed: %s", job_id, chunk, phase, exc)
-        resend(job_id, chunk, backoff_s(3))
+        log.error("chunk %s/%d %s failed before it was claimed: %s", job_id, chunk, phase.phase,
+                  exc)  # fmt: skip
+        ctx.dispatch.send(phase.phase, job_id, chunk, jittered_backoff_s(3))
         return {"job_id": job_id, "chunk": chunk, "failed": str(exc)[-500:]}
     move = ctx.ledger.move_chunk(
-        job_id, chunk, back_to, token=token, mode="fail", max_failures=ctx.settings.max_attempts,
-        error=str(exc)[-4000:], failed_at=time.time(),
+        job_id, chunk, back_to, token=token, mode="fail", error=str(exc)[-4000:],
+        # A store refusal (denied, no bucket, disk full) fails the same way on every try.
+        max_failures=1 if isinstance(exc, StoreRefused) else ctx.settings.max_attempts,
+        failed_at=time.time(),
     )  # fmt: skip
     if move.moved and move.target == str(back_to):
         failures = int(ctx.ledger.chunk(job_id, chunk).get("failures", 1))
-        resend(job_id, chunk, backoff_s(failures))
-        log.warning("chunk %s/%d %s failed (%d so far), retrying: %s", job_id, chunk, phase,
+        ctx.dispatch.send(retry.phase, job_id, chunk, jittered_backoff_s(failures))
+        log.warning("chunk %s/%d %s failed (%d so far), retrying: %s", job_id, chunk, phase.phase,
                     failures, exc)  # fmt: skip
     else:
         log.error("chunk %s/%d failed for good: %s", job_id, chunk, exc)
     return {"job_id": job_id, "chunk": chunk, "failed": str(exc)[-500:]}
 
 
+PHASE_WORK: dict[Phase, Work] = {
+    Phase.RENDER: render_frames,
+    Phase.SEGMENT: segment_chunk,
+    Phase.TRANSCODE: transcode_segment,
+}
+"""Each chunk phase's work; the pipeline table says everything else about it."""
+
+STITCHERS: dict[
+    JobKind, Callable[[WorkerContext, str, dict[str, str], JobSpec], dict[str, Any]]
+] = {
+    JobKind.RENDER: stitch_frames,
+    JobKind.TRANSCODE: stitch_master,
+}
+
+
+def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, Any]:
+    job = ctx.ledger.job(job_id)
+    if not job or job.get("state") != JobState.STITCHING:
+        return {"skipped": f"job is {job.get('state', 'unknown')}"}
+    spec = JobSpec.from_json(json.loads(job["spec"]))
+    return STITCHERS[spec.kind](ctx, job_id, job, spec)
+
+
 def register(app: Celery, get_ctx: Callable[[], WorkerContext]) -> None:
-    @app.task(name=RENDER_TASK, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
-    def render(job_id: str, chunk: int) -> dict[str, object]:
-        return run_chunk_phase(get_ctx(), job_id, chunk, "render", render_chunk)
+    for spec in PHASES.values():
+        _register_phase(app, get_ctx, spec)
 
-    @app.task(name=ENCODE_TASK, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
-    def encode(job_id: str, chunk: int) -> dict[str, object]:
-        return run_chunk_phase(get_ctx(), job_id, chunk, "encode", encode_chunk)
-
-    @app.task(name=TRANSCODE_TASK, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
-    def transcode(job_id: str, chunk: int) -> dict[str, object]:
-        return run_chunk_phase(get_ctx(), job_id, chunk, "transcode", transcode_segment)
-
-    @app.task(name=STITCH_TASK, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+    @app.task(name=STITCH.task, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
     def stitch(job_id: str) -> dict[str, Any]:
         ctx = get_ctx()
         try:
             return stitch_job(ctx, job_id)
         except TransientError as exc:
-            # The job stays STITCHING; try again shortly (the reconciler re-sends it too).
+            # The job stays STITCHING; try again with backoff, a bounded number of times.
+            tries = ctx.ledger.bump_job(job_id, "stitch_transients")
+            if tries > MAX_STITCH_TRANSIENT:
+                ctx.ledger.move_job(job_id, JobState.FAILED, finished=time.time(),
+                                    error=f"stitch gave up after {tries} tries: {exc}")  # fmt: skip
+                return {"job_id": job_id, "failed": str(exc)[-500:]}
             log.warning("stitch of %s hit a transient error, retrying: %s", job_id, exc)
-            ctx.dispatch.stitch(job_id, countdown_s=backoff_s(2))
+            ctx.dispatch.stitch(job_id, countdown_s=jittered_backoff_s(tries))
             return {"job_id": job_id, "retrying": str(exc)[-500:]}
         except FarmError as exc:
+            if isinstance(exc, PermanentError):  # the workspace already failed it, if inside
+                ctx.ledger.move_job(job_id, JobState.FAILED, error=f"stitch failed: {exc}",
+                                    finished=time.time())  # fmt: skip
             return {"job_id": job_id, "failed": str(exc)[-500:]}
         except Exception as exc:  # never leave a job in STITCHING with nothing to drive it
             log.exception("stitch of %s raised", job_id)
             ctx.ledger.move_job(job_id, JobState.FAILED, error=f"stitch failed: {exc}",
                                 finished=time.time())  # fmt: skip
             return {"job_id": job_id, "failed": str(exc)[-500:]}
+
+
+def _register_phase(app: Celery, get_ctx: Callable[[], WorkerContext], spec: PhaseSpec) -> None:
+    @app.task(name=spec.task, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+    def chunk_phase(job_id: str, chunk: int) -> dict[str, object]:
+        return run_chunk_phase(get_ctx(), job_id, chunk, spec)

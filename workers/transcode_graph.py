@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options
+import ffmpeg
 
-HTTP_INPUT = ("-reconnect", "1", "-reconnect_on_network_error", "1", "-reconnect_delay_max", "10")
-"""Options for reading the master over a presigned URL (only valid for http inputs)."""
+from farm.probe import DEFAULT_CA_FILE, input_options
+from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, moov_reserve_bytes
+
 MP4_AUDIO_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus"})
 """Audio codecs an MP4 holds as they are; anything else is encoded once to AAC."""
 DEFAULT_QUALITY = {
@@ -80,13 +81,6 @@ def segment_filtergraph(cut: SegmentCut, width: int, height: int, nvenc: bool) -
     return ",".join(chain + scale_filters(width, height, nvenc))
 
 
-def options_argv(opts: dict[str, object]) -> list[str]:
-    argv: list[str] = []
-    for key, value in opts.items():
-        argv += [f"-{key}", str(value)]
-    return argv
-
-
 def segment_argv(
     *,
     ffmpeg_bin: str,
@@ -96,34 +90,44 @@ def segment_argv(
     width: int,
     height: int,
     settings: EncodeSettings,
+    ca_file: str = DEFAULT_CA_FILE,
 ) -> list[str]:
-    """The master's frames [first, end) -> one closed-GOP segment, video only, IDR first."""
-    argv = [ffmpeg_bin, *GLOBAL_ARGS]
-    if settings.is_nvenc:
-        argv += ["-init_hw_device", "cuda=gpu:0", "-filter_hw_device", "gpu"]
-    if source.startswith(("http://", "https://")):
-        argv += list(HTTP_INPUT)
+    """The master's frames [first, end) -> one closed-GOP segment, video only, IDR first.
+    `source`: a presigned URL (https verified against `ca_file`) or `probe.input_name(path)`."""
+    reading: dict[str, object] = input_options(source, ca_file)
     if cut.seek_s > 0:
-        argv += ["-noaccurate_seek", "-ss", f"{cut.seek_s:.6f}"]
-    argv += ["-copyts", "-i", source, "-map", "0:v:0", "-an", "-sn", "-dn"]
-    argv += ["-vf", segment_filtergraph(cut, width, height, settings.is_nvenc)]
-    argv += ["-frames:v", str(cut.count), "-fps_mode", "passthrough"]
+        reading.update(noaccurate_seek=None, ss=f"{cut.seek_s:.6f}")
     opts = codec_options(settings, cut.count)
     opts.pop("r", None)  # the fps filter made the rate; -r could only add or drop frames
     if settings.is_nvenc:
         opts.pop("pix_fmt", None)  # CUDA frames; scale_cuda already chose yuv420p
-    return [*argv, *options_argv(opts), out]
+    stream = ffmpeg.input(source, **reading).output(
+        out,
+        map="0:v:0",
+        an=None,
+        sn=None,
+        dn=None,
+        vf=segment_filtergraph(cut, width, height, settings.is_nvenc),
+        fps_mode="passthrough",
+        **{"frames:v": cut.count},
+        **opts,
+    )
+    globals_ = [*GLOBAL_ARGS, "-copyts"]
+    if settings.is_nvenc:
+        globals_ += ["-init_hw_device", "cuda=gpu:0", "-filter_hw_device", "gpu"]
+    return list(stream.global_args(*globals_).compile(cmd=ffmpeg_bin))
 
 
-def audio_codec_argv(codecs: list[tuple[str, int]]) -> list[str]:
+def audio_codec_options(codecs: list[tuple[str, int]]) -> dict[str, str]:
     """Per audio stream: stream copy when MP4 holds the codec, else one AAC encode."""
-    argv: list[str] = []
+    opts: dict[str, str] = {}
     for n, (codec, channels) in enumerate(codecs):
         if codec in MP4_AUDIO_COPY:
-            argv += [f"-c:a:{n}", "copy"]
+            opts[f"c:a:{n}"] = "copy"
         else:
-            argv += [f"-c:a:{n}", "aac", f"-b:a:{n}", f"{min(96 * max(channels, 1), 640)}k"]
-    return argv
+            opts[f"c:a:{n}"] = "aac"
+            opts[f"b:a:{n}"] = f"{min(96 * max(channels, 1), 640)}k"
+    return opts
 
 
 def mux_argv(
@@ -134,6 +138,9 @@ def mux_argv(
     out: str,
     audio: list[tuple[str, int]],
     offset_s: float,
+    frames: int,
+    audio_packets: int = 0,
+    ca_file: str = DEFAULT_CA_FILE,
 ) -> list[str]:
     """Join the segments by stream copy and carry the master's audio over, once.
 
@@ -141,15 +148,19 @@ def mux_argv(
     format start minus its first video frame, zero or less) moves the audio so it keeps its
     place against the first frame, as in the master.
     """
-    argv = [ffmpeg_bin, *GLOBAL_ARGS, "-f", "concat", "-safe", "0", "-i", list_file]
+    joined = ffmpeg.input(list_file, f="concat", safe=0)
+    inputs = [joined["v:0"]]
     if audio:
-        if master.startswith(("http://", "https://")):
-            argv += list(HTTP_INPUT)
+        reading: dict[str, object] = input_options(master, ca_file)
         if offset_s:
-            argv += ["-itsoffset", f"{offset_s:.6f}"]
-        argv += ["-i", master]
-    argv += ["-map", "0:v:0"]
-    for n in range(len(audio)):
-        argv += ["-map", f"1:a:{n}"]
-    argv += ["-c:v", "copy", *audio_codec_argv(audio), "-movflags", "+faststart", out]
-    return argv
+            reading["itsoffset"] = f"{offset_s:.6f}"
+        source = ffmpeg.input(master, **reading)
+        inputs += [source[f"a:{n}"] for n in range(len(audio))]
+    stream = ffmpeg.output(
+        *inputs,
+        out,
+        **{"c:v": "copy"},
+        **audio_codec_options(audio),
+        moov_size=moov_reserve_bytes(frames, audio_packets),
+    )
+    return list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))

@@ -4,67 +4,20 @@ master's audio carried over once, then prove the result matches the master frame
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from farm import keys
 from farm.errors import PermanentError
 from farm.master import MasterInfo
-from farm.proc import capture, run
+from farm.probe import Streams, probe_streams
+from farm.proc import run
 from farm.spec import JobSpec
 from workers.context import WorkerContext
 from workers.ffgraph import concat_list
 from workers.stitch import deliver, stitch_workspace, verified_segments
 from workers.transcode import master_source
 from workers.transcode_graph import mux_argv
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Streams:
-    """What ffprobe says about a segment or the output: its video stream and audio durations."""
-
-    codec: str
-    width: int
-    height: int
-    pix_fmt: str
-    rate: str
-    time_base: str
-    frames: int
-    duration_s: float
-    audio_s: tuple[float, ...]
-
-
-def parse_streams(text: str) -> Streams:
-    data = json.loads(text)
-    streams = data.get("streams") or []
-    video = next((s for s in streams if s.get("codec_type") == "video"), None)
-    if video is None:
-        raise PermanentError("no video stream in the joined file")
-    fmt_s = float((data.get("format") or {}).get("duration") or 0)
-    return Streams(
-        codec=str(video.get("codec_name", "")),
-        width=int(video.get("width") or 0),
-        height=int(video.get("height") or 0),
-        pix_fmt=str(video.get("pix_fmt", "")),
-        rate=str(video.get("r_frame_rate", "")),
-        time_base=str(video.get("time_base", "")),
-        frames=int(video.get("nb_read_packets") or 0),
-        duration_s=float(video.get("duration") or fmt_s),
-        audio_s=tuple(
-            float(s.get("duration") or fmt_s) for s in streams if s.get("codec_type") == "audio"
-        ),
-    )
-
-
-def probe_streams(ffprobe: str, path: Path) -> Streams:
-    argv = [ffprobe, "-v", "error", "-count_packets", "-show_streams", "-show_format"]
-    result = capture([*argv, "-of", "json", str(path)], 600)
-    if result.returncode != 0:
-        raise PermanentError(f"ffprobe cannot read {path.name}: {result.stderr.strip()[-300:]}")
-    return parse_streams(result.stdout)
 
 
 def check_segments(found: list[Streams], spec: JobSpec, encoders: list[dict[str, Any]]) -> None:
@@ -116,8 +69,8 @@ def check_output(out: Streams, spec: JobSpec, master: MasterInfo) -> None:
 def stitch_master(
     ctx: WorkerContext, job_id: str, job: dict[str, str], spec: JobSpec
 ) -> dict[str, object]:
-    """The encode-job branch of stitch_job: same ledger moves, plus audio and master checks."""
-    assert spec.master is not None, "encode jobs carry their master's probe"
+    """A transcode job's stitch: the render stitch's ledger moves, plus audio and master checks."""
+    assert spec.master is not None, "transcode jobs carry their master's probe"
     master = spec.master
     started = time.monotonic()
     total = int(job["chunks_total"])
@@ -134,7 +87,7 @@ def stitch_master(
         list_file = work / "segments.txt"
         list_file.write_text(concat_list(segments))
         out = work / "output.mp4"
-        source = master_source(ctx, job["scene_key"])[0] if master.audio else ""
+        source = master_source(ctx, job["source_key"])[0] if master.audio else ""
         joined = time.monotonic()
         result = run(
             mux_argv(
@@ -144,6 +97,13 @@ def stitch_master(
                 out=str(out),
                 audio=[(a.codec, a.channels) for a in master.audio],
                 offset_s=min(0.0, master.format_start_s - master.start_s),
+                frames=master.frame_count,
+                ca_file=ctx.settings.ca_file,
+                audio_packets=sum(
+                    # AAC and most codecs carry 1024 samples a packet; 2x covers the rest.
+                    2 * int((a.duration_s or master.duration_s) * a.sample_rate / 1024) + 64
+                    for a in master.audio
+                ),
             )
         )
         join_s = time.monotonic() - joined

@@ -1,5 +1,5 @@
 """A local farm for the benchmark tests, started as `python -m bench` starts it: one one-thread
-worker per core, benchmark-only tasks registered (FARM_BENCH_TASKS=1)."""
+worker per core, benchmark-only tasks registered (FARM_TASK_PLUGINS=bench.tasks)."""
 
 from __future__ import annotations
 

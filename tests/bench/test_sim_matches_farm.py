@@ -19,10 +19,10 @@ from bench.common import LocalFarm
 from bench.overhead import SCENE
 from bench.sim import Fleet, Workload, simulate
 from farm.chunking import Measurement, measure_saved_times
+from farm.probe import probe_streams
 from farm.proc import run
 from workers import blender
 from workers.ffgraph import EncodeSettings, concat_argv, concat_list, frames_to_segment_argv
-from workers.media import probe_video
 
 TOLERANCE = 0.40
 """Relative error allowed on the makespan predicted from S and F measured beside the run: a
@@ -79,7 +79,7 @@ def _measure(tmp: Path, workers: int) -> tuple[list[Measurement], float, float]:
         frame_count=CHUNK,
     )  # fmt: skip
     assert run(argv).ok
-    probe_video("ffprobe", segment)
+    probe_streams("ffprobe", segment)
     encode_s = time.monotonic() - started
     chunks = FRAMES // CHUNK
     copies = []
@@ -88,8 +88,12 @@ def _measure(tmp: Path, workers: int) -> tuple[list[Measurement], float, float]:
         shutil.copyfile(segment, copies[-1][0])
     (tmp / "list.txt").write_text(concat_list(copies))
     started = time.monotonic()
-    assert run(concat_argv(ffmpeg_bin="ffmpeg", list_file=tmp / "list.txt", out=tmp / "out.mp4")).ok
-    probe_video("ffprobe", tmp / "out.mp4")
+    assert run(
+        concat_argv(
+            ffmpeg_bin="ffmpeg", list_file=tmp / "list.txt", out=tmp / "out.mp4", frames=FRAMES
+        )
+    ).ok
+    probe_streams("ffprobe", tmp / "out.mp4")
     stitch_s = time.monotonic() - started
     return m, encode_s, stitch_s
 

@@ -69,6 +69,16 @@ def wait_for(
     )
 
 
+def wait_frames(farm: LocalFarm, job_id: str, frames: int, chunk: int = 0) -> None:
+    """Until `chunk` has `frames` frames rendered and uploaded."""
+    wait_for(
+        f"{frames} frames rendered",
+        lambda: status(farm, job_id)["chunks"][chunk]["frames_rendered"] >= frames,
+        120,
+        farm,
+    )
+
+
 def wait_final(farm: LocalFarm, job_id: str, timeout_s: float) -> dict[str, Any]:
     box: dict[str, Any] = {}
 

@@ -6,7 +6,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import DEMO, LocalFarm
+
+pytestmark = pytest.mark.e2e
 
 PLANT = """
 import bpy, sys

@@ -89,7 +89,7 @@ def test_a_mov_master_becomes_4k_h264_frame_exact_with_its_audio(
 ) -> None:
     size = (3840, 2160)
     summary, out = _encode(local_farm, masters["mov"], tmp_path, "--segment-frames", "48")
-    assert (summary["kind"], summary["chunks_total"]) == ("encode", 5)
+    assert (summary["kind"], summary["chunks_total"]) == ("transcode", 5)
     _assert_like_master(out, masters["mov"], codec="h264", size=size)
     reference = single_pass(masters["mov"], tmp_path / "ref.mp4", codec="h264", encoder="libx264",
                             size=size)  # fmt: skip

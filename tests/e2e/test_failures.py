@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import DEMO, LocalFarm, start_farm
 from tests.e2e.farmtools import (
     frame_count,
@@ -17,6 +19,8 @@ from tests.e2e.farmtools import (
     wait_final,
     wait_for,
 )
+
+pytestmark = pytest.mark.e2e
 
 # Geometry nodes, not Python (so -Y does not stop it): on one frame a grid asks for two billion
 # vertices. Blender's allocation fails and it segfaults; the workers' memory cap makes that quick.

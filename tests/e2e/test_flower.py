@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import requests
 
 from tests.conftest import DEMO, LocalFarm
+
+pytestmark = pytest.mark.e2e
 
 
 def test_flower_refuses_without_credentials(local_farm: LocalFarm) -> None:
@@ -32,10 +35,10 @@ def test_flower_lists_workers_and_the_jobs_tasks(local_farm: LocalFarm) -> None:
         ).json()
         tasks = requests.get(f"{s['flower_url']}/api/tasks", auth=auth, timeout=30).json()
         names = [t["name"] for t in tasks.values() if job_id in (t.get("kwargs") or "")]
-        if len(names) >= 5 and len(workers) >= 2:
+        if len(names) >= 3 and len(workers) >= 2:
             break
         time.sleep(1)
     assert len(workers) >= 2 and all(name.startswith("worker") for name in workers)
-    assert sorted(names) == sorted(
-        ["farm.render_chunk"] * 2 + ["farm.encode_chunk"] * 2 + ["farm.stitch_job"]
-    )
+    # One task per chunk: these workers can encode, so each makes its segment in the render
+    # task (no second hop through the broker); then the one stitch.
+    assert sorted(names) == sorted(["farm.render_chunk"] * 2 + ["farm.stitch_job"])

@@ -14,6 +14,8 @@ from moto.server import ThreadedMotoServer
 from tests.conftest import DEMO, LocalFarm, start_farm
 from tests.e2e.farmtools import kill_group, spawn_worker, submit, wait_for
 
+pytestmark = pytest.mark.e2e
+
 AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",

@@ -7,7 +7,11 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import DEMO, LocalFarm, ffprobe
+
+pytestmark = pytest.mark.e2e
 
 SMALL = ["--resolution", "320x180", "--samples", "4", "--fps", "24"]
 
@@ -88,8 +92,11 @@ def test_status_shows_each_chunk_and_the_output(local_farm: LocalFarm) -> None:
     assert all(c["worker"] and c["duration_s"] for c in status["chunks"])
     text = local_farm.farm("status", job_id, check=True).stdout
     assert "done" in text and "output" in text
-    listing = local_farm.farm("jobs", check=True).stdout
-    assert listing.splitlines()[0].startswith(job_id)
+    assert [c["attempt"] for c in status["chunks"]] == [1, 1]  # a clean run is one try
+    assert " try " in text
+    rows = [line.split() for line in local_farm.farm("jobs", check=True).stdout.splitlines()]
+    assert rows[0][:3] == ["job", "kind", "state"]
+    assert rows[2][:3] == [job_id, "render", "done"]  # newest first, under the header rule
 
 
 def test_frame_step_and_uneven_last_chunk(local_farm: LocalFarm, tmp_path: Path) -> None:

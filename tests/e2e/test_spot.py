@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,13 +12,17 @@ from tests.conftest import DEMO, LocalFarm, start_farm
 from tests.e2e.farmtools import (
     frame_count,
     kill_group,
+    processes_mentioning,
     spawn_worker,
     status,
     submit,
     wait_final,
     wait_for,
+    wait_frames,
 )
 from tests.e2e.imds import FakeIMDS
+
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
@@ -47,12 +52,7 @@ def test_interruption_notice_hands_the_chunk_back_at_once(
     farm = empty_farm
     spot = spawn_worker(farm, "spot@test", FARM_IMDS_URL=imds.url)
     job_id = submit(farm, DEMO, "--frames", "1-24", "--chunk-size", "24", "--samples", "8")
-    wait_for(
-        "two frames rendered",
-        lambda: status(farm, job_id)["chunks"][0]["frames_rendered"] >= 2,
-        120,
-        farm,
-    )
+    wait_frames(farm, job_id, 2)
     imds.interrupt_in(8)  # 20 frames left will not fit: the worker must hand the chunk back
     wait_for(
         "the chunk to be marked interrupted",
@@ -101,3 +101,28 @@ def test_rebalance_recommendation_means_no_new_chunk_starts(
     assert {c["worker"] for c in summary["chunks"]} == {"staying@test"}
     for worker in (leaving, staying):
         kill_group(worker)
+
+
+def test_sigterm_drains_the_worker_and_hands_its_chunk_back(
+    empty_farm: LocalFarm, tmp_path: Path
+) -> None:
+    """GIVEN a worker mid-chunk WHEN it gets SIGTERM (docker stop, a scale-in) with no grace time
+    THEN it stops Blender, hands the chunk back unspent and exits; another finishes the job."""
+    farm = empty_farm
+    leaving = spawn_worker(farm, "leaving@test", FARM_SHUTDOWN_GRACE_S="0")
+    job_id = submit(farm, DEMO, "--frames", "1-24", "--chunk-size", "24", "--samples", "8")
+    wait_frames(farm, job_id, 2)
+    leaving.send_signal(signal.SIGTERM)  # the worker process alone, as `docker stop` does
+    assert leaving.wait(60) == 0
+    chunk = status(farm, job_id)["chunks"][0]
+    assert (chunk["state"], chunk["interruptions"], chunk["failures"]) == ("interrupted", 1, 0)
+    assert processes_mentioning(job_id) == []  # Blender went with it
+    kept = set(farm.ledger().frame_records(job_id))
+    assert len(kept) >= 2
+
+    spawn_worker(farm, "rescuer@test")
+    summary = wait_final(farm, job_id, 180)
+    assert summary["state"] == "done", summary["error"]
+    assert frame_count(farm, job_id, tmp_path) == 24
+    counts = farm.ledger().render_counts(job_id)
+    assert all(counts[f] == 1 for f in kept)

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import DEMO, LocalFarm
 
+pytestmark = pytest.mark.e2e
+
 
 def _snapshot(farm: LocalFarm) -> tuple[int, list[str]]:
     jobs = json.loads(farm.farm("jobs", "--json", check=True).stdout)

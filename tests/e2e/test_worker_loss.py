@@ -8,7 +8,10 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from farm.dispatch import Dispatcher, make_app
+from farm.pipeline import Phase
 from farm.settings import load_settings
 from tests.conftest import DEMO, LocalFarm, start_farm
 from tests.e2e.farmtools import (
@@ -20,6 +23,8 @@ from tests.e2e.farmtools import (
     wait_final,
     wait_for,
 )
+
+pytestmark = pytest.mark.e2e
 
 LEASE_S, RECONCILE_S = 6.0, 1.0  # as tests/conftest.py sets them
 
@@ -112,8 +117,8 @@ def test_duplicate_chunk_messages_change_nothing(local_farm: LocalFarm, tmp_path
     dispatch = Dispatcher(make_app(load_settings(env={}, config_path=local_farm.config)))
     for _ in range(2):
         for chunk in range(3):
-            dispatch.render(job_id, chunk)
-            dispatch.encode(job_id, chunk)
+            dispatch.send(Phase.RENDER, job_id, chunk)
+            dispatch.send(Phase.SEGMENT, job_id, chunk)
         dispatch.stitch(job_id)
     summary = wait_final(local_farm, job_id, 180)
     assert summary["state"] == "done", summary["error"]

@@ -17,7 +17,7 @@ def _auto_job(ledger: Ledger) -> tuple[chunking.Chunk, ...]:
         fps=24, samples=4, codec="h264",
     )  # fmt: skip
     chunks, plan = chunking.initial_plan(spec.frames, spec.chunk_size, chunking.Pool(workers=2))
-    ledger.create_job(job_id="ja", spec=spec, chunks=chunks, scene_key="k", plan=plan)
+    ledger.create_job(job_id="ja", spec=spec, chunks=chunks, source_key="k", plan=plan)
     return chunks
 
 

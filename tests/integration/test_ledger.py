@@ -19,7 +19,7 @@ def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-20", chunk_size: i
         fps=24, samples=4, codec="h264",
     )  # fmt: skip
     ledger.create_job(
-        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), scene_key="k"
+        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k"
     )
 
 

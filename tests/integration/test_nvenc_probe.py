@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from farm.encode_spec import build_encode_spec
 from farm.master import MasterInfo, Probed
+from farm.transcode_spec import build_transcode_spec
 from workers import gpu
 from workers.transcode import pick_encoder
 
@@ -18,7 +18,7 @@ MASTER = MasterInfo(
 
 def test_without_an_nvidia_gpu_the_probe_reports_no_nvenc_and_auto_picks_software() -> None:
     caps = gpu.probe(blender="blender", ffmpeg="ffmpeg")
-    spec = build_encode_spec(
+    spec = build_transcode_spec(
         source_name="m.mov", probed=Probed(info=MASTER), resolution=None, codec="hevc",
         quality=None, encoder="auto", preset="medium", segment_frames=None,
     )  # fmt: skip

@@ -1,64 +1,213 @@
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from workers.blender import (
+    SCRIPT,
+    WHEEL,
+    FrameRejected,
     RenderSettings,
+    ScriptLine,
+    accept_frame,
     frame_progress,
     frame_time_s,
+    job_file,
+    parse_caps,
+    preview_file,
+    probe_argv,
     render_argv,
     saved_frame,
-    setup_script,
+    script_argv,
+    script_line,
+    settings_from_spec,
 )
 
+NONCE = "0123456789abcdef0123456789abcdef"
 
-def test_argv_disables_autoexec_before_the_scene_loads() -> None:
-    argv = render_argv(
-        blender="blender",
-        scene=Path("/s/shot.blend"),
-        out_dir=Path("/o"),
-        frames=[1, 3, 5],
-        settings=RenderSettings(width=320, height=180, samples=8),
-    )
-    assert argv[:6] == [
-        "blender",
+
+def test_wheel_argv_runs_the_script_under_this_python_isolated() -> None:
+    argv = script_argv(blender=WHEEL, job_path=Path("/w/job.json"), python="/venv/bin/python")
+    assert argv == ["/venv/bin/python", "-I", str(SCRIPT), "--job", "/w/job.json"]
+
+
+def test_binary_argv_disables_autoexec_and_fails_on_script_errors() -> None:
+    argv = script_argv(blender="/opt/blender/blender", job_path=Path("/w/job.json"))
+    assert argv == [
+        "/opt/blender/blender",
         "--background",
+        "--factory-startup",
         "--disable-autoexec",
         "--python-exit-code",
         "3",
-        "/s/shot.blend",
+        "--python",
+        str(SCRIPT),
+        "--",
+        "--job",
+        "/w/job.json",
     ]
-    assert argv[-2:] == ["--render-frame", "1,3,5"]
-    assert argv[argv.index("--render-output") + 1] == "/o/frame_######"
-    assert "--threads" not in argv
 
 
-def test_threads_are_passed_when_set() -> None:
-    argv = render_argv(
-        blender="b",
-        scene=Path("s.blend"),
-        out_dir=Path("o"),
-        frames=[1],
-        settings=RenderSettings(width=2, height=2, samples=1, threads=1),
+def test_trusted_binary_argv_leaves_autoexec_to_the_script() -> None:
+    argv = script_argv(blender="blender", job_path=Path("j.json"), trusted=True)
+    assert "--disable-autoexec" not in argv
+
+
+def test_probe_argv_both_ways() -> None:
+    assert probe_argv(blender=WHEEL, python="py") == ["py", "-I", str(SCRIPT), "--probe"]
+    assert probe_argv(blender="blender")[-2:] == ["--", "--probe"]
+
+
+def test_job_file_without_overrides_leaves_the_scene_alone() -> None:
+    job = job_file(
+        scene=Path("/s/shot.blend"),
+        out_dir=Path("/o"),
+        frames=[1, 3, 5],
+        settings=RenderSettings(),
+        nonce=NONCE,
     )
-    assert argv[argv.index("--threads") + 1] == "1"
+    assert job == {
+        "scene": "/s/shot.blend",
+        "out_dir": "/o",
+        "frames": [1, 3, 5],
+        "nonce": NONCE,
+        "trusted": False,
+        "overrides": {},
+        "scene_engine": None,
+        "device": "CPU",
+        "threads": 0,
+        "preview_depth": "8",
+        "allow_missing": [],
+    }
 
 
-def test_setup_script_sets_size_samples_and_cpu() -> None:
-    script = setup_script(RenderSettings(width=640, height=360, samples=12))
-    assert "resolution_x = 640" in script and "resolution_y = 360" in script
-    assert "samples = 12" in script
-    assert "scene.cycles.device = 'CPU'" in script
+def test_job_file_carries_each_override_given() -> None:
+    settings = RenderSettings(
+        width=640, height=360, samples=12, engine="BLENDER_EEVEE", camera="Cam.002"
+    )
+    job = job_file(scene=Path("s"), out_dir=Path("o"), frames=[1], settings=settings, nonce=NONCE)
+    assert job["overrides"] == {
+        "resolution": [640, 360],
+        "samples": 12,
+        "engine": "BLENDER_EEVEE",
+        "camera": "Cam.002",
+    }
 
 
-def test_setup_script_selects_optix_devices() -> None:
-    script = setup_script(RenderSettings(width=2, height=2, samples=1, device="OPTIX"))
-    assert "compute_device_type = 'OPTIX'" in script
-    assert "scene.cycles.device = 'GPU'" in script
-    compile(script, "setup", "exec")
+@dataclass
+class _Res:
+    width: int
+    height: int
 
 
-def test_saved_line_gives_frame_and_path() -> None:
-    assert saved_frame("Saved: '/tmp/x/frame_000012.png'") == (12, Path("/tmp/x/frame_000012.png"))
-    assert saved_frame("Fra:1 Mem:10M | Sample 1/8") is None
+@dataclass
+class _Scene:
+    engine: str = "BLENDER_EEVEE"
+    render_size: tuple[int, int] = (320, 240)
+
+
+@dataclass
+class _Spec:
+    resolution: _Res = field(default_factory=lambda: _Res(320, 240))
+    samples: int = 4
+    engine: str | None = None
+    camera: str | None = None
+    overrides: tuple[str, ...] = ()
+    scene: _Scene | None = field(default_factory=_Scene)
+    missing_assets: tuple[str, ...] = ()
+
+
+def test_settings_from_spec_apply_only_the_flags_given() -> None:
+    settings = settings_from_spec(_Spec(overrides=("frames", "samples")), device="CPU", threads=2)
+    assert settings == RenderSettings(samples=4, scene_engine="BLENDER_EEVEE", threads=2)
+
+
+def test_files_the_user_allowed_to_be_missing_are_passed_by_their_stored_path() -> None:
+    spec = _Spec(missing_assets=("//tex/gone.png (image 'gone'; looked for /s/tex/gone.png)",))
+    settings = settings_from_spec(spec, device="CPU", threads=0)
+    assert settings.allow_missing == ("//tex/gone.png",)
+
+
+def test_settings_from_spec_round_an_odd_scene_size_for_the_video() -> None:
+    spec = _Spec(resolution=_Res(320, 240), scene=_Scene(render_size=(321, 241)))
+    settings = settings_from_spec(spec, device="CPU", threads=0)
+    assert (settings.width, settings.height) == (320, 240)
+
+
+def test_settings_from_an_old_spec_without_a_scene_keep_its_values() -> None:
+    spec = _Spec(scene=None)
+    settings = settings_from_spec(spec, device="OPTIX", threads=0)
+    assert (settings.width, settings.height, settings.samples) == (320, 240, 4)
+    assert settings.device == "OPTIX"
+
+
+def test_script_line_needs_this_runs_nonce_on_a_whole_line() -> None:
+    line = f'FARM-FRAME {NONCE} {{"frame": 3, "files": ["frame_000003.exr"]}}'
+    assert script_line(line, NONCE) == ScriptLine(
+        kind="FRAME", body={"frame": 3, "files": ["frame_000003.exr"]}
+    )
+    assert script_line(line, "f" * 32) is None
+    assert script_line("Fra:1 | Synchronizing object | " + line, NONCE) is None
+    assert script_line(f"FARM-FRAME {NONCE} not json", NONCE) is None
+
+
+def _frame_line(frame: int, files: list[str], preview: str) -> ScriptLine:
+    return ScriptLine(
+        kind="FRAME", body={"frame": frame, "files": files, "preview": preview, "render_s": 1.5}
+    )
+
+
+def test_a_frame_of_the_chunk_in_its_folder_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "frame_000012.exr").write_bytes(b"x")
+    (tmp_path / "preview_000012.png").write_bytes(b"x")
+    frame = accept_frame(
+        _frame_line(12, ["frame_000012.exr"], "preview_000012.png"),
+        out_dir=tmp_path,
+        frames=[11, 12],
+    )
+    assert frame.frame == 12
+    assert frame.files == (tmp_path / "frame_000012.exr",)
+    assert frame.preview == preview_file(tmp_path, 12)
+    assert frame.render_s == 1.5
+
+
+@pytest.mark.parametrize(
+    ("frame", "files", "preview"),
+    [
+        (13, ["frame_000013.png"], "preview_000013.png"),  # not this chunk's frame
+        (12, ["/etc/passwd"], "preview_000012.png"),
+        (12, ["../frame_000012.png"], "preview_000012.png"),
+        (12, ["frame_000011.png"], "preview_000012.png"),  # another frame's file
+        (12, ["frame_000012.png"], "../preview_000012.png"),
+        (12, ["link_000012.png"], "preview_000012.png"),
+        (12, [], "preview_000012.png"),
+    ],
+)
+def test_anything_else_is_rejected(
+    tmp_path: Path, frame: int, files: list[str], preview: str
+) -> None:
+    for name in ("frame_000011.png", "frame_000012.png", "preview_000012.png"):
+        (tmp_path / name).write_bytes(b"x")
+    with pytest.raises(FrameRejected):
+        accept_frame(_frame_line(frame, files, preview), out_dir=tmp_path, frames=[11, 12])
+
+
+def test_a_symlink_named_like_a_frame_is_rejected(tmp_path: Path) -> None:
+    (tmp_path / "frame_000012.png").symlink_to("/etc/passwd")
+    (tmp_path / "preview_000012.png").write_bytes(b"x")
+    with pytest.raises(FrameRejected):
+        accept_frame(
+            _frame_line(12, ["frame_000012.png"], "preview_000012.png"),
+            out_dir=tmp_path,
+            frames=[12],
+        )
+
+
+def test_caps_line_is_read_from_the_probe_output() -> None:
+    out = 'noise\nFARM-CAPS {"version": "4.5.4", "engines": ["CYCLES"]}\n'
+    assert parse_caps(out) == {"version": "4.5.4", "engines": ["CYCLES"]}
+    assert parse_caps("nothing") is None
 
 
 def test_progress_line_gives_frame_and_samples() -> None:
@@ -67,6 +216,31 @@ def test_progress_line_gives_frame_and_samples() -> None:
     assert frame_progress("Fra:30 Mem:11.53M | Scene, ViewLayer | Initializing") == (30, 0, 0)
 
 
+def test_eevee_progress_line_gives_samples() -> None:
+    line = "Fra:1 Mem:39.20M (Peak 39.24M) | Time:00:43.75 | Rendering 25 / 64 samples"
+    assert frame_progress(line) == (1, 25, 64)
+
+
 def test_frame_time_line() -> None:
     assert frame_time_s(" Time: 00:00.64 (Saving: 00:00.17)") == 0.64
     assert frame_time_s(" Time: 01:02.50 (Saving: 00:00.00)") == 62.5
+
+
+def test_legacy_saved_line_must_be_whole() -> None:
+    assert saved_frame("Saved: '/tmp/x/frame_000012.png'") == (12, Path("/tmp/x/frame_000012.png"))
+    assert saved_frame("Fra:1 | Synchronizing object | Saved: '/etc/frame_000099.png'") is None
+
+
+def test_legacy_argv_sets_only_the_overrides_given() -> None:
+    argv = render_argv(
+        blender="blender",
+        scene=Path("/s/shot.blend"),
+        out_dir=Path("/o"),
+        frames=[1, 3],
+        settings=RenderSettings(samples=8),
+    )
+    script = argv[argv.index("--python-expr") + 1]
+    assert "scene.cycles.samples = 8" in script
+    assert "resolution_x" not in script
+    assert argv[-2:] == ["--render-frame", "1,3"]
+    assert sys.executable not in argv

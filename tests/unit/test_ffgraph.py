@@ -8,6 +8,7 @@ from workers.ffgraph import (
     concat_list,
     fps_fraction,
     frames_to_segment_argv,
+    moov_reserve_bytes,
 )
 
 
@@ -33,11 +34,11 @@ def test_x264_segment_is_one_closed_gop_of_exact_length() -> None:
         frame_count=8,
     )
     assert argv == [
-        "ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
-        "-framerate", "24", "-start_number", "0", "-i", "/w/%06d.png",
-        "-crf", "20", "-g", "8", "-movflags", "+faststart", "-pix_fmt", "yuv420p", "-preset", "medium",
+        "ffmpeg", "-framerate", "24", "-start_number", "0", "-i", "/w/%06d.png",
+        "-crf", "20", "-g", "8", "-pix_fmt", "yuv420p", "-preset", "medium",
         "-r", "24", "-vcodec", "libx264", "-vframes", "8", "-video_track_timescale", "24000",
         "-x264opts", "no-scenecut:open-gop=0", "/w/s.mp4",
+        "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
     ]  # fmt: skip
 
 
@@ -69,6 +70,13 @@ def test_concat_list_escapes_quotes() -> None:
 
 
 def test_concat_is_a_stream_copy() -> None:
-    argv = concat_argv(ffmpeg_bin="ffmpeg", list_file=Path("l.txt"), out=Path("o.mp4"))
+    argv = concat_argv(ffmpeg_bin="ffmpeg", list_file=Path("l.txt"), out=Path("o.mp4"), frames=240)
     assert argv[argv.index("-f") + 1] == "concat"
     assert argv[argv.index("-c") + 1] == "copy"
+
+
+def test_the_stitch_reserves_room_for_the_index_at_the_front() -> None:
+    argv = concat_argv(ffmpeg_bin="ffmpeg", list_file=Path("l.txt"), out=Path("o.mp4"), frames=240)
+    assert argv[argv.index("-moov_size") + 1] == str(moov_reserve_bytes(240))
+    assert "-movflags" not in argv  # no second pass over the output
+    assert moov_reserve_bytes(24_000, 47_000) == 64 * 1024 + 48 * 71_000

@@ -34,3 +34,27 @@ def test_bad_number_is_a_config_error(tmp_path: Path) -> None:
 
 def test_recovery_bound_is_lease_plus_interval() -> None:
     assert Settings(lease_s=30, reconcile_interval_s=5).recovery_bound_s == 35
+
+
+def test_a_negative_lease_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"FARM_LEASE_S .*greater than 0"):
+        load_settings(env={"FARM_LEASE_S": "-5"}, config_path=tmp_path / "none.json")
+
+
+def test_a_bad_value_in_the_file_is_refused_too(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text('{"max_attempts": 0}')
+    with pytest.raises(ConfigError, match="FARM_MAX_ATTEMPTS"):
+        load_settings(env={}, config_path=path)
+
+
+def test_a_bare_settings_object_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FARM_LEASE_S", "7")
+    assert Settings().lease_s == 30.0
+    assert load_settings(config_path=Path("/nonexistent.json")).lease_s == 7.0
+
+
+def test_replace_validates_like_any_source() -> None:
+    assert Settings().replace(lease_s=9).lease_s == 9
+    with pytest.raises(ValueError, match="greater than 0"):
+        Settings().replace(lease_s=0)

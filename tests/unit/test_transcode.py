@@ -2,11 +2,12 @@ import json
 
 import pytest
 
-from farm.encode_spec import build_encode_spec
 from farm.errors import PermanentError
 from farm.master import MasterInfo, Probed
+from farm.probe import Streams, parse_streams
+from farm.transcode_spec import build_transcode_spec
 from workers.transcode import pick_encoder, segment_cut
-from workers.transcode_stitch import Streams, check_output, check_segments, parse_streams
+from workers.transcode_stitch import check_output, check_segments
 
 MASTER = MasterInfo(
     container="mov,mp4", codec="h264", width=1920, height=1080, frame_count=96,
@@ -16,7 +17,7 @@ MASTER = MasterInfo(
 
 
 def _spec(encoder: str, codec: str = "hevc"):  # type: ignore[no-untyped-def]
-    return build_encode_spec(
+    return build_transcode_spec(
         source_name="m.mov", probed=Probed(info=MASTER, keyframes_pts=(0, 30030, 60060)),
         resolution="1280x720", codec=codec, quality=None, encoder=encoder, preset="medium",
         segment_frames=24,

@@ -3,7 +3,7 @@ from fractions import Fraction
 from workers.ffgraph import EncodeSettings
 from workers.transcode_graph import (
     SegmentCut,
-    audio_codec_argv,
+    audio_codec_options,
     default_quality,
     mux_argv,
     seek_seconds,
@@ -12,7 +12,34 @@ from workers.transcode_graph import (
 )
 
 NTSC = Fraction(24000, 1001)
-GLOBAL = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
+GLOBAL = ["-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
+
+
+FLAGS = {"-an", "-sn", "-dn", "-noaccurate_seek", "-copyts"}
+"""Options that take no value."""
+
+
+def options(args: list[str]) -> list[tuple[str, ...]]:
+    """Options as (flag,) or (flag, value), sorted, except -map (its order numbers the streams)."""
+    found, i = [], 0
+    while i < len(args):
+        width = 1 if args[i] in FLAGS else 2
+        found.append(tuple(args[i : i + width]))
+        i += width
+    return sorted(o for o in found if o[0] != "-map") + [o for o in found if o[0] == "-map"]
+
+
+def split(argv: list[str], out: str, globals_: list[str]) -> tuple[list[list[str]], list[str]]:
+    """(each input's options ending with its -i, the output's options): what ffmpeg reads,
+    whatever order ffmpeg-python writes keyword arguments in. Checks the program, the output
+    file and the global options at the end."""
+    assert argv[0] == "ffmpeg" and argv[-len(globals_) :] == globals_
+    out_at = argv.index(out)
+    inputs, start = [], 1
+    for at in [n for n, a in enumerate(argv[:out_at]) if a == "-i"]:
+        inputs.append([*argv[start:at], "-i", argv[at + 1]])
+        start = at + 2
+    return inputs, argv[start:out_at]
 
 
 def _cut(first: int, end: int, total: int = 96, seek_s: float = 0.0) -> SegmentCut:
@@ -50,20 +77,21 @@ def test_software_segment_over_a_presigned_url_seeks_to_a_keyframe_and_copies_ti
         height=2160,
         settings=settings,
     )
-    assert argv == [
-        *GLOBAL,
+    [reading], writing = split(argv, "/w/00001.mp4", [*GLOBAL, "-copyts"])
+    assert reading[-2:] == ["-i", "http://s3/m.mov?X-Amz-Signature=x"]
+    assert options(reading[:-2]) == options([
         "-reconnect", "1", "-reconnect_on_network_error", "1", "-reconnect_delay_max", "10",
         "-noaccurate_seek", "-ss", "1.251250",
-        "-copyts", "-i", "http://s3/m.mov?X-Amz-Signature=x",
+    ])  # fmt: skip
+    assert options(writing) == options([
         "-map", "0:v:0", "-an", "-sn", "-dn",
         "-vf", segment_filtergraph(_cut(24, 48), 3840, 2160, nvenc=False),
         "-frames:v", "24", "-fps_mode", "passthrough",
-        "-vcodec", "libx265", "-pix_fmt", "yuv420p", "-g", "24", "-movflags", "+faststart",
+        "-vcodec", "libx265", "-pix_fmt", "yuv420p", "-g", "24",
         "-video_track_timescale", "24000", "-crf", "22", "-preset", "fast",
         "-x265-params", "keyint=24:min-keyint=24:scenecut=0:open-gop=0:log-level=error",
         "-tag:v", "hvc1",
-        "/w/00001.mp4",
-    ]  # fmt: skip
+    ])  # fmt: skip
 
 
 def test_nvenc_segment_from_a_local_file_starts_without_a_seek() -> None:
@@ -77,18 +105,17 @@ def test_nvenc_segment_from_a_local_file_starts_without_a_seek() -> None:
         height=1080,
         settings=settings,
     )
-    assert argv == [
-        *GLOBAL,
-        "-init_hw_device", "cuda=gpu:0", "-filter_hw_device", "gpu",
-        "-copyts", "-i", "/cache/m.mov",
+    hw = ["-init_hw_device", "cuda=gpu:0", "-filter_hw_device", "gpu"]
+    [reading], writing = split(argv, "/w/00000.mp4", [*GLOBAL, "-copyts", *hw])
+    assert reading == ["-i", "/cache/m.mov"]
+    assert options(writing) == options([
         "-map", "0:v:0", "-an", "-sn", "-dn",
         "-vf", segment_filtergraph(_cut(0, 24), 1920, 1080, nvenc=True),
         "-frames:v", "24", "-fps_mode", "passthrough",
-        "-vcodec", "h264_nvenc", "-g", "24", "-movflags", "+faststart",
+        "-vcodec", "h264_nvenc", "-g", "24",
         "-video_track_timescale", "24000", "-preset", "p5", "-rc", "vbr", "-cq", "21",
         "-b:v", "0", "-forced-idr", "1",
-        "/w/00000.mp4",
-    ]  # fmt: skip
+    ])  # fmt: skip
 
 
 def test_svtav1_segments_are_closed_gops_without_scene_cut_keyframes() -> None:
@@ -113,11 +140,11 @@ def test_quality_defaults_follow_the_encoder() -> None:
 
 
 def test_audio_mp4_can_hold_is_copied_and_the_rest_encoded_once_to_aac() -> None:
-    assert audio_codec_argv([("aac", 2), ("vorbis", 2), ("pcm_s24le", 6)]) == [
-        "-c:a:0", "copy",
-        "-c:a:1", "aac", "-b:a:1", "192k",
-        "-c:a:2", "aac", "-b:a:2", "576k",
-    ]  # fmt: skip
+    assert audio_codec_options([("aac", 2), ("vorbis", 2), ("pcm_s24le", 6)]) == {
+        "c:a:0": "copy",
+        "c:a:1": "aac", "b:a:1": "192k",
+        "c:a:2": "aac", "b:a:2": "576k",
+    }  # fmt: skip
 
 
 def test_the_mux_joins_segments_by_copy_and_keeps_the_audio_in_place() -> None:
@@ -128,22 +155,30 @@ def test_the_mux_joins_segments_by_copy_and_keeps_the_audio_in_place() -> None:
         out="/w/output.mp4",
         audio=[("aac", 2)],
         offset_s=-0.024,
+        frames=240,
+        audio_packets=470,
     )
-    assert argv == [
-        *GLOBAL,
-        "-f", "concat", "-safe", "0", "-i", "/w/segments.txt",
-        "-itsoffset", "-0.024000", "-i", "/cache/m.mov",
-        "-map", "0:v:0", "-map", "1:a:0",
-        "-c:v", "copy", "-c:a:0", "copy",
-        "-movflags", "+faststart", "/w/output.mp4",
-    ]  # fmt: skip
+    (segments, master), writing = split(argv, "/w/output.mp4", GLOBAL)
+    assert segments == ["-f", "concat", "-safe", "0", "-i", "/w/segments.txt"]
+    assert master == ["-itsoffset", "-0.024000", "-i", "/cache/m.mov"]
+    assert options(writing) == options([
+        "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a:0", "copy",
+        "-moov_size", str(64 * 1024 + 48 * 710),
+    ])  # fmt: skip
 
 
 def test_a_silent_master_is_not_opened_at_the_mux() -> None:
     argv = mux_argv(
-        ffmpeg_bin="ffmpeg", list_file="/l.txt", master="", out="/o.mp4", audio=[], offset_s=0.0
+        ffmpeg_bin="ffmpeg",
+        list_file="/l.txt",
+        master="",
+        out="/o.mp4",
+        audio=[],
+        offset_s=0.0,
+        frames=24,
     )
-    assert argv == [
-        *GLOBAL, "-f", "concat", "-safe", "0", "-i", "/l.txt", "-map", "0:v:0", "-c:v", "copy",
-        "-movflags", "+faststart", "/o.mp4",
-    ]  # fmt: skip
+    inputs, writing = split(argv, "/o.mp4", GLOBAL)
+    assert inputs == [["-f", "concat", "-safe", "0", "-i", "/l.txt"]]
+    assert options(writing) == options(
+        ["-map", "0:v:0", "-c:v", "copy", "-moov_size", str(64 * 1024 + 48 * 24)]
+    )

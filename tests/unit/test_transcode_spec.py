@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from farm.encode_spec import build_encode_spec, vfr_note
 from farm.errors import SpecError
 from farm.master import AudioStream, MasterInfo, Probed
 from farm.spec import Codec, EncoderChoice, JobKind, JobSpec, build_render_spec
+from farm.transcode_spec import build_transcode_spec, vfr_note
 
 MASTER = MasterInfo(
     container="mov,mp4",
@@ -35,12 +35,12 @@ def _spec(**overrides: object) -> JobSpec:
         "segment_frames": None,
     }
     options.update(overrides)
-    return build_encode_spec(source_name="master.mov", probed=PROBED, **options)  # type: ignore[arg-type]
+    return build_transcode_spec(source_name="master.mov", probed=PROBED, **options)  # type: ignore[arg-type]
 
 
 def test_an_encode_job_defaults_to_4k_and_segments_of_about_ten_seconds() -> None:
     spec = _spec()
-    assert spec.kind is JobKind.ENCODE
+    assert spec.kind is JobKind.TRANSCODE
     assert str(spec.resolution) == "3840x2160"
     assert (spec.frames.first, spec.frames.last, spec.chunk_size) == (0, 239, 240)
     assert spec.master is not None and spec.master.seek_pts == (0,)
@@ -90,7 +90,7 @@ def test_a_render_spec_still_round_trips_without_encode_fields() -> None:
 def test_only_a_variable_rate_master_gets_a_note() -> None:
     assert vfr_note(_spec()) == ""
     vfr = Probed(info=MasterInfo.from_json({**MASTER.to_json(), "vfr": True}), keyframes_pts=(0,))
-    spec = build_encode_spec(
+    spec = build_transcode_spec(
         source_name="phone.mp4", probed=vfr, resolution=None, codec="h264", quality=None,
         encoder="auto", preset="medium", segment_frames=None,
     )  # fmt: skip

@@ -35,7 +35,7 @@ def _choice(kind: type[Codec] | type[EncoderChoice], option: str, value: str) ->
         raise SpecError(f"{option} {value!r}: choose one of {choices}") from None
 
 
-def build_encode_spec(
+def build_transcode_spec(
     *,
     source_name: str,
     probed: Probed,
@@ -62,7 +62,7 @@ def build_encode_spec(
     if segment_frames < 1:
         raise SpecError(f"--segment-frames {segment_frames}: a segment holds at least one frame")
     return JobSpec(
-        kind=JobKind.ENCODE,
+        kind=JobKind.TRANSCODE,
         source_name=source_name,
         frames=FrameRange(first=0, last=info.frame_count - 1),
         chunk_size=segment_frames,
@@ -77,7 +77,7 @@ def build_encode_spec(
     )
 
 
-def encode_spec_from_file(
+def transcode_spec_from_file(
     path: Path, *, ffprobe: str, ffmpeg: str, frames: str | None, **options: Any
 ) -> JobSpec:
     """Probe the master at `path` (SpecError when it is no playable video) and build its spec."""
@@ -90,7 +90,7 @@ def encode_spec_from_file(
             "--frames is for render jobs: an encode job takes every frame of its master"
         )
     probed = probe_master(ffprobe, ffmpeg, path)
-    return build_encode_spec(source_name=path.name, probed=probed, **options)
+    return build_transcode_spec(source_name=path.name, probed=probed, **options)
 
 
 def vfr_note(spec: JobSpec) -> str:

@@ -1,0 +1,168 @@
+"""`farm submit --estimate`: a render job planned and priced without queueing it, from the scene's
+remembered timings or, when the farm has none, from a short probe job of a few frames.
+
+The plan is farm.chunking's (the same rule as `--chunk-size auto`), the money farm.cost's; the
+probe's measurement is remembered, so the job submitted next is sized from it and agrees.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from farm import assets, cost, keys
+from farm.chunking import Measurement, Pool
+from farm.errors import FarmError, SpecError
+from farm.ledger import Ledger
+from farm.settings import Settings
+from farm.spec import FrameRange, JobKind, JobSpec
+from farm.store import sha256_file
+
+log = logging.getLogger(__name__)
+
+PROBE_FRAMES = 3
+"""Frames the probe renders: three saves give two frame-to-frame intervals."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimated:
+    estimate: cost.Estimate
+    measurement: Measurement
+    workers: int
+    instance_type: str
+    region: str
+    prices_as_of: str
+    probe_job: str = ""
+    """The probe job's id when there were no remembered timings ('' otherwise)."""
+    probe_cost: float = 0.0
+    probe_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.estimate.to_json(),
+            "startup_s": round(self.measurement.startup_s, 3),
+            "frame_s": round(self.measurement.frame_s, 3),
+            "timings": self.measurement.source,
+            "workers": self.workers,
+            "priced_as": f"{self.instance_type} in {self.region} (prices of {self.prices_as_of})",
+            "probe_job": self.probe_job,
+            "probe_cost": round(self.probe_cost, 6),
+            "probe_s": round(self.probe_s, 1),
+        }
+
+
+def pool_of(settings: Settings, ledger: Ledger) -> Pool:
+    """The render workers a job would run on now, as the sizing rule sees them."""
+    render_workers = sum(1 for w in ledger.workers().values() if "render" in w.get("queues", []))
+    return Pool(
+        workers=max(render_workers, 1),
+        interruption_per_h=settings.spot_interruption_per_h,
+        detect_s=settings.recovery_bound_s,
+    )
+
+
+def measurement_key(spec: JobSpec, source: Path) -> str:
+    suffix = source.suffix.lower() or ".bin"
+    scene = keys.scene_key(sha256_file(source), suffix)
+    return keys.r_measurement(scene, str(spec.resolution), spec.samples)
+
+
+def estimate_job(
+    settings: Settings,
+    spec: JobSpec,
+    source: Path,
+    traced: assets.Traced | None = None,
+    *,
+    probe_timeout_s: float = 1800.0,
+) -> Estimated:
+    if spec.kind is not JobKind.RENDER:
+        raise SpecError("--estimate prices render jobs (a .blend scene); transcodes are not timed")
+    prices = cost.load_prices(settings.price_file)
+    price = prices.price(settings.region, settings.local_instance_type)
+    ledger = Ledger.from_url(settings.redis_url)
+    ledger.ping()
+    key = measurement_key(spec, source)
+    m = ledger.measurement(key)
+    probe_job, probe_cost, probe_s = "", 0.0, 0.0
+    if m is None:
+        probe_job, m, probe_cost, probe_s = probe(
+            settings, ledger, spec, source, traced, timeout_s=probe_timeout_s
+        )
+        ledger.save_measurement(key, m)
+    pool = pool_of(settings, ledger)
+    est = cost.estimate(
+        frames=spec.frames.count, chunk_size=spec.chunk_size, m=m, pool=pool, price=price
+    )
+    return Estimated(
+        estimate=est,
+        measurement=m,
+        workers=pool.workers,
+        instance_type=settings.local_instance_type,
+        region=settings.region,
+        prices_as_of=prices.as_of,
+        probe_job=probe_job,
+        probe_cost=probe_cost,
+        probe_s=probe_s,
+    )
+
+
+def probe_measurement(chunk: dict[str, str], frames: int, source: str) -> Measurement:
+    """S and F from a finished probe chunk as the farm pays for them: F is a frame's share of
+    the render attempt after Blender's start-up (rendering, saving, uploading: whichever is
+    slower sets the pace), S everything else the chunk's attempts were paid for (start-up,
+    scene fetch, the segment encode), so an estimate prices whole chunks, not only frames."""
+    paid_s = float(chunk.get("gpu_s") or 0)
+    startup_s = float(chunk.get("blender_startup_s") or 0) + float(chunk.get("fetch_s") or 0)
+    render_s = float(chunk.get("render_s") or paid_s)
+    frame_s = max(
+        float(chunk.get("frame_s") or 0),
+        (render_s - startup_s) / max(frames, 1),
+        float(chunk.get("upload_s") or 0) / max(frames, 1),
+    )
+    return Measurement(
+        startup_s=max(paid_s - frames * frame_s, 0.0), frame_s=max(frame_s, 1e-3), source=source
+    )
+
+
+def probe(
+    settings: Settings,
+    ledger: Ledger,
+    spec: JobSpec,
+    source: Path,
+    traced: assets.Traced | None,
+    *,
+    timeout_s: float,
+) -> tuple[str, Measurement, float, float]:
+    """Render a few of the scene's frames as a job of one chunk, at the top priority, and time
+    it. Returns the probe job's id, the measurement, what the probe cost and how long it took."""
+    from farm.jobs import submit
+
+    # Spread over the range (first, middle, last): an animation's frames are rarely alike.
+    stride = max(1, (spec.frames.count - 1) // (PROBE_FRAMES - 1))
+    frames = spec.frames.frames[::stride][:PROBE_FRAMES]
+    probe_spec = replace(
+        spec,
+        frames=FrameRange(first=frames[0], last=frames[-1], step=spec.frames.step * stride),
+        chunk_size=len(frames),
+    )
+    started = time.monotonic()
+    job_id = submit(settings, probe_spec, source, traced, priority=100, max_cost=0).job_id
+    log.info("probe job %s: %d frames", job_id, len(frames))
+    deadline = started + timeout_s
+    while True:
+        state = ledger.job(job_id).get("state", "")
+        if state in ("done", "failed", "cancelled"):
+            break
+        if time.monotonic() > deadline:
+            ledger.cancel_job(job_id)
+            raise FarmError(f"the probe job {job_id} did not finish in {timeout_s:.0f} s")
+        time.sleep(0.5)
+    if state != "done":
+        raise FarmError(f"the probe job {job_id} {state}: {ledger.job(job_id).get('error', '')}")
+    chunk = ledger.chunk(job_id, 0)
+    m = probe_measurement(chunk, len(frames), f"probe job {job_id}, {len(frames)} frames")
+    spent = cost.job_cost(ledger.cost_record(job_id)).spent
+    return job_id, m, spent, time.monotonic() - started

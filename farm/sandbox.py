@@ -1,0 +1,104 @@
+"""The box a scene's program runs in: bubblewrap (`bwrap`) around an argv, built purely.
+
+A .blend is untrusted: inside the box the system is read-only, only the chunk's own folders are
+writable, the job's asset tree is read-only, there is no network, no farm file (config, secrets,
+other jobs) is visible and the environment carries no farm credential.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys")
+"""Read-only inside the box: programs, libraries, fonts, certificates, GPU discovery (/sys)."""
+GPU_DEVICES = ("/dev/nvidia*", "/dev/dri")
+ENV_ALLOWED = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "LD_LIBRARY_PATH",
+)
+"""Variables a child may inherit (farm.proc uses the same list for every child)."""
+ENV_FORBIDDEN = ("FARM_", "AWS_", "REDIS", "CELERY", "FLOWER")
+"""Prefixes never passed on, whatever the caller asks: these carry the farm's credentials."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Box:
+    """Where a boxed program may read and write. Paths are made absolute when the argv is built."""
+
+    writable: tuple[Path, ...]
+    """The chunk's folders (its workspace and its output folder); the first is HOME."""
+    readable: tuple[Path, ...] = ()
+    """The job's asset tree or scene, and the program's own files (the render script)."""
+    devices: tuple[str, ...] = ()
+    """Device nodes passed through (GPUs); see `gpu_devices`."""
+    bwrap: str = "bwrap"
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra variables for the program (filtered like the inherited ones)."""
+
+
+def minimal_env(source: Mapping[str, str], home: str = "") -> dict[str, str]:
+    """The allowlisted part of `source`, never a farm credential; HOME set when given."""
+    env = {k: v for k, v in source.items() if k in ENV_ALLOWED and not forbidden(k)}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    if home:
+        env["HOME"] = home
+    return env
+
+
+def forbidden(name: str) -> bool:
+    return any(name.upper().startswith(prefix) for prefix in ENV_FORBIDDEN)
+
+
+def gpu_devices() -> tuple[str, ...]:
+    """The GPU device nodes of this host (none on a CPU host)."""
+    return tuple(sorted(p for pattern in GPU_DEVICES for p in glob.glob(pattern)))
+
+
+def program_dirs(argv0: str) -> tuple[Path, ...]:
+    """What the program itself needs to read: this Python's prefixes (the bpy wheel and the render
+    script run under it) and the folder of the program when it lives outside the system dirs."""
+    # The workers package only, not the whole checkout: a data dir inside it holds secrets.
+    dirs = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(__file__).resolve().parents[1] / "workers",
+    }
+    program = Path(argv0)
+    if program.is_absolute():
+        dirs.add(program.resolve().parent)
+    return tuple(sorted(dirs))
+
+
+def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None) -> list[str]:
+    """`argv` run inside bwrap with `box`'s folders and no network. `environ`: what the minimal
+    environment is taken from (default: this process's)."""
+    home = str(Path(box.writable[0]).absolute()) if box.writable else "/tmp"
+    env = minimal_env(os.environ if environ is None else environ, home)
+    env.update({k: v for k, v in box.env.items() if not forbidden(k)})
+    out = [box.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    for name, value in sorted(env.items()):
+        out += ["--setenv", name, value]
+    out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for device in box.devices:
+        out += ["--dev-bind-try", device, device]
+    mounts: list[tuple[str, str]] = [("--ro-bind-try", d) for d in SYSTEM_DIRS]
+    mounts += [("--ro-bind", str(Path(p).absolute())) for p in box.readable]
+    mounts += [("--bind", str(Path(p).absolute())) for p in box.writable]
+    # Parents before children, so a writable folder inside a read-only tree stays writable.
+    for flag, path in sorted(mounts, key=lambda m: (m[1].count("/"), m[1])):
+        out += [flag, path, path]
+    out += ["--chdir", home, "--", *argv]
+    return out

@@ -1,0 +1,107 @@
+"""`farm watch`: a live view of the farm's jobs, or of one job's chunks, workers, progress, ETA and
+cost, redrawn by rich's Live until interrupted; and the summaries `farm status` and `jobs` print.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from farm.cost import money
+from farm.ledger import Ledger
+from farm.report import eta_s, job_summary, progress_line, status_table
+
+
+def summarize(ledger: Ledger, job_id: str, with_chunks: bool = True) -> dict[str, Any]:
+    """A job's summary with its priority, pause reason and cost (spent, wasted, to finish)."""
+    job = ledger.job(job_id)
+    summary = job_summary(job, ledger.chunks(job_id) if with_chunks else [])
+    summary["priority"] = int(job.get("priority") or 50)
+    summary["paused_reason"] = job.get("paused_reason", "")
+    spend = ledger.spend(job_id, job)
+    summary["cost"] = spend.to_json()
+    if not with_chunks:
+        summary["frames_rendered"] = spend.frames_done
+    return summary
+
+
+def workers_table(workers: dict[str, dict[str, Any]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left")
+    for name in ("worker", "queues", "state", "seen"):
+        table.add_column(name)
+    now = time.time()
+    for name, info in sorted(workers.items()):
+        table.add_row(
+            name,
+            ",".join(info.get("queues", [])),
+            "draining" if info.get("draining") else "ready",
+            f"{now - float(info.get('seen', now)):.0f}s ago",
+        )
+    return table
+
+
+def job_view(summary: dict[str, Any], workers: dict[str, dict[str, Any]]) -> Group:
+    """One job: its progress line, status and cost, its chunks, then the workers."""
+    return Group(
+        f"{progress_line(summary)}  priority {summary['priority']}",
+        status_table(summary),
+        "",
+        workers_table(workers),
+    )
+
+
+def _eta(summary: dict[str, Any]) -> str:
+    left = eta_s(summary) if summary["state"] == "running" else None
+    return "" if left is None else f"{int(left) // 60:02d}:{int(left) % 60:02d}"
+
+
+def farm_view(rows: list[dict[str, Any]], workers: dict[str, dict[str, Any]]) -> Group:
+    """Every recent job with its progress, ETA and cost, then the workers."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name in ("job", "state", "pri", "chunks", "frames", "eta", "cost", "wasted", "source"):
+        table.add_column(name, justify="right" if name in ("pri", "cost", "wasted") else "left")
+    for row in rows:
+        c = row["cost"]
+        table.add_row(row["id"], row["state"], str(row["priority"]),
+                      f"{row['chunks_done']}/{row['chunks_total']}",
+                      f"{row['frames_rendered']}/{row['frames_total']}", _eta(row),
+                      money(c["spent"]), money(c["wasted"]),
+                      row["spec"].get("source_name", ""))  # fmt: skip
+    return Group(
+        f"farm: {len(rows)} jobs, {len(workers)} workers  (Ctrl-C to stop watching)",
+        table,
+        "",
+        workers_table(workers),
+    )
+
+
+def view(ledger: Ledger, job_id: str | None, limit: int = 20) -> Group:
+    workers = ledger.workers()
+    if job_id:
+        return job_view(summarize(ledger, job_id), workers)
+    rows = [summarize(ledger, j, with_chunks=False) for j in ledger.job_ids(limit)]
+    return farm_view(rows, workers)
+
+
+def watch(
+    ledger: Ledger,
+    job_id: str | None,
+    *,
+    interval_s: float = 1.0,
+    console: Console | None = None,
+    limit: int = 20,
+) -> None:
+    """Redraw until interrupted (Ctrl-C)."""
+    console = console or Console()
+    with Live(view(ledger, job_id, limit), console=console, auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(interval_s)
+                live.update(view(ledger, job_id, limit), refresh=True)
+        except KeyboardInterrupt:
+            return

@@ -1,0 +1,322 @@
+"""One chunk attempt and the failure policy, against a real Redis: what each outcome of a phase's
+work does to the chunk, its budgets, its attempt count and the messages sent; the lease keeper;
+the frame uploader. The store and the dispatcher are fakes that implement their interfaces."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from farm import keys
+from farm.errors import (
+    ChunkInterrupted,
+    FramesMissing,
+    LeaseLost,
+    PermanentError,
+    StoreError,
+    TransientError,
+)
+from farm.ledger import Ledger
+from farm.pipeline import PHASES, Phase, PhaseSpec
+from farm.plan import plan_chunks
+from farm.proc import Running
+from farm.settings import Settings
+from farm.spec import build_render_spec
+from farm.state import ChunkState, JobState
+from workers.attempt import ChunkAttempt, Outcome
+from workers.context import WorkerContext
+from workers.gpu import Capabilities
+from workers.lease import LeaseKeeper
+from workers.render import FrameUploader
+from workers.tasks import run_chunk_phase
+
+RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]
+
+
+class FakeStore:
+    """The Store methods an attempt uses, over a dict; `fail_puts` makes uploads fail."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.fail_puts: Exception | None = None
+
+    def put_file(self, key: str, path: Path, *, intermediate: bool = False) -> None:
+        if self.fail_puts:
+            raise self.fail_puts
+        self.objects[key] = path.read_bytes()
+
+    def put_json(self, key: str, value: Any) -> None:
+        self.objects[key] = repr(value).encode()
+
+    def size(self, key: str) -> int | None:
+        return len(self.objects[key]) if key in self.objects else None
+
+
+class FakeDispatch:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, int]] = []
+
+    def send(self, phase: Phase, job_id: str, chunk: int, countdown_s: float = 0) -> str:
+        self.sent.append((str(phase), job_id, chunk))
+        return "id"
+
+    def stitch(self, job_id: str, countdown_s: float = 0) -> str:
+        self.sent.append(("stitch", job_id, -1))
+        return "id"
+
+
+@pytest.fixture
+def ctx(ledger: Ledger, tmp_path: Path) -> WorkerContext:
+    spec = build_render_spec(
+        source_name="s.blend", frames="1-20", chunk_size=10, resolution="320x180",
+        fps=24, samples=4, codec="h264",
+    )  # fmt: skip
+    ledger.create_job(job_id="j1", spec=spec, chunks=plan_chunks(spec.frames, 10), source_key="k")
+    return WorkerContext(
+        settings=Settings(lease_s=30, max_attempts=2),
+        ledger=ledger,
+        store=FakeStore(),  # type: ignore[arg-type]
+        dispatch=FakeDispatch(),  # type: ignore[arg-type]
+        caps=Capabilities(),
+        name="w1",
+        scratch=tmp_path,
+    )
+
+
+def sent(ctx: WorkerContext) -> list[tuple[str, str, int]]:
+    sent_: list[tuple[str, str, int]] = ctx.dispatch.sent  # type: ignore[attr-defined]
+    return sent_
+
+
+def run(ctx: WorkerContext, index: int, phase: PhaseSpec, work: Any) -> dict[str, object]:
+    """One phase of chunk `index` of job j1, with `work` as that phase's work."""
+    return run_chunk_phase(ctx, "j1", index, phase, {phase.phase: work})
+
+
+def take_back(ledger: Ledger) -> None:
+    """What the reconciler does to a chunk whose lease it saw expire."""
+    ledger.move_chunk("j1", 0, ChunkState.QUEUED, only_from=frozenset({ChunkState.RENDERING}))
+
+
+def succeed(attempt: ChunkAttempt) -> Outcome:
+    return Outcome(fields={"render_s": 1.0}, summary={"ok": True})
+
+
+def raising(exc: Exception) -> Any:
+    def work(attempt: ChunkAttempt) -> Outcome:
+        raise exc
+
+    return work
+
+
+def test_a_clean_chunk_is_one_try_through_both_phases(ctx: WorkerContext) -> None:
+    """GIVEN a render then a segment that both succeed THEN the chunk is done on try 1, the
+    segment phase was sent after the render, and the stitch gate waits for chunk 1."""
+    run(ctx, 0, RENDER, succeed)
+    assert sent(ctx) == [("segment", "j1", 0)]
+    manifest = Outcome(manifest={"chunk": 0})
+    result = run(ctx, 0, SEGMENT, lambda a: manifest)
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert (chunk["state"], chunk["attempt"], result["chunk"]) == ("done", "1", 0)
+    assert keys.manifest_key("j1", 0) in ctx.store.objects  # type: ignore[attr-defined]
+    assert ("stitch", "j1", -1) not in sent(ctx)
+
+
+def test_the_last_chunk_done_opens_the_stitch_gate_once(ctx: WorkerContext) -> None:
+    for index in (0, 1):
+        run(ctx, index, RENDER, succeed)
+        run(ctx, index, SEGMENT, succeed)
+    assert sent(ctx).count(("stitch", "j1", -1)) == 1
+    assert ctx.ledger.job("j1")["state"] == JobState.STITCHING
+
+
+def test_a_failure_spends_the_budget_and_retries_as_a_new_try(ctx: WorkerContext) -> None:
+    run(ctx, 0, RENDER, raising(PermanentError("bad scene")))
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert (chunk["state"], chunk["failures"]) == ("queued", "1")
+    assert sent(ctx) == [("render", "j1", 0)]
+    run(ctx, 0, RENDER, succeed)
+    assert ctx.ledger.chunk("j1", 0)["attempt"] == "2"
+
+
+def test_the_last_failure_of_the_budget_fails_the_job_with_the_reason(ctx: WorkerContext) -> None:
+    for _ in range(2):
+        run(ctx, 0, RENDER, raising(PermanentError("Blender crashed")))
+    job = ctx.ledger.job("j1")
+    assert ctx.ledger.chunk("j1", 0)["state"] == "failed"
+    assert job["state"] == "failed" and "Blender crashed" in job["error"]
+
+
+def test_a_failed_segment_keeps_its_frames(ctx: WorkerContext) -> None:
+    run(ctx, 0, RENDER, succeed)
+    run(ctx, 0, SEGMENT, raising(PermanentError("ffmpeg exited 1")))
+    assert ctx.ledger.chunk("j1", 0)["state"] == ChunkState.RENDERED
+    assert sent(ctx)[-1] == ("segment", "j1", 0)
+
+
+def test_frames_missing_at_encode_go_back_to_render(ctx: WorkerContext) -> None:
+    run(ctx, 0, RENDER, succeed)
+    run(ctx, 0, SEGMENT, raising(FramesMissing("frame 3 has no record")))
+    assert ctx.ledger.chunk("j1", 0)["state"] == ChunkState.QUEUED
+    assert sent(ctx)[-1] == ("render", "j1", 0)
+
+
+def test_a_transient_error_hands_back_without_spending_a_failure(ctx: WorkerContext) -> None:
+    run(ctx, 0, RENDER, raising(TransientError("S3 timed out")))
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert (chunk["state"], chunk["failures"], chunk["transients"]) == ("queued", "0", "1")
+    assert sent(ctx) == [("render", "j1", 0)]
+
+
+def test_an_interruption_requeues_at_once_and_counts_no_failure(ctx: WorkerContext) -> None:
+    run(ctx, 0, RENDER, raising(ChunkInterrupted("spot notice")))
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert (chunk["state"], chunk["failures"], chunk["interruptions"]) == (
+        "interrupted",
+        "0",
+        "1",
+    )
+    assert sent(ctx) == [("render", "j1", 0)]
+
+
+def test_a_lost_lease_moves_nothing(ctx: WorkerContext) -> None:
+    def lose(attempt: ChunkAttempt) -> Outcome:
+        take_back(ctx.ledger)
+        raise LeaseLost("lease lost while Blender ran")
+
+    result = run(ctx, 0, RENDER, lose)
+    assert "lost" in result and sent(ctx) == []
+    assert ctx.ledger.chunk("j1", 0)["state"] == ChunkState.QUEUED
+
+
+def test_a_draining_worker_sends_the_chunk_on_unclaimed(ctx: WorkerContext) -> None:
+    ctx.drain.start("worker shutting down")
+    result = run(ctx, 0, RENDER, succeed)
+    assert "handed_back" in result and sent(ctx) == [("render", "j1", 0)]
+    assert ctx.ledger.chunk("j1", 0)["attempt"] == "0"
+
+
+def test_an_unexpected_exception_is_a_failure_with_a_budget(ctx: WorkerContext) -> None:
+    run(ctx, 0, RENDER, raising(KeyError("width")))
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert (chunk["state"], chunk["failures"]) == ("queued", "1")
+    assert "KeyError" in chunk["error"]
+
+
+def _keeper(ledger: Ledger, token: str, running: Running) -> LeaseKeeper:
+    return LeaseKeeper(
+        ledger, job_id="j1", chunk=0, token=token, lease_s=3, renew_s=0.2, running=running
+    )
+
+
+def _wait(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_the_lease_keeper_renews_while_held(ctx: WorkerContext) -> None:
+    claim = ctx.ledger.move_chunk("j1", 0, RENDER.running, mode="claim", lease_s=3)
+    first = float(ctx.ledger.chunk("j1", 0)["lease_expires"])
+    with _keeper(ctx.ledger, claim.token, Running()) as keeper:
+        _wait(lambda: float(ctx.ledger.chunk("j1", 0)["lease_expires"]) > first + 0.3)
+    assert keeper.lost == ""
+
+
+def test_the_lease_keeper_stops_the_work_when_another_attempt_owns_the_chunk(
+    ctx: WorkerContext,
+) -> None:
+    claim = ctx.ledger.move_chunk("j1", 0, RENDER.running, mode="claim", lease_s=3)
+    running = Running()
+    with _keeper(ctx.ledger, claim.token, running) as keeper:
+        take_back(ctx.ledger)
+        ctx.ledger.move_chunk("j1", 0, RENDER.running, mode="claim", lease_s=3)
+        _wait(lambda: keeper.lost == "lost")
+    assert running.stop_requested.is_set()
+
+
+def test_the_lease_keeper_stops_the_work_of_a_cancelled_job(ctx: WorkerContext) -> None:
+    claim = ctx.ledger.move_chunk("j1", 0, RENDER.running, mode="claim", lease_s=3)
+    with _keeper(ctx.ledger, claim.token, Running()) as keeper:
+        ctx.ledger.cancel_job("j1")
+        _wait(lambda: keeper.lost == "cancelled")
+
+
+def test_the_frame_uploader_stores_and_records_each_frame(
+    ctx: WorkerContext, tmp_path: Path
+) -> None:
+    uploader = FrameUploader(ctx.store, ctx.ledger, "j1", 0)
+    uploader.start()
+    for frame in (1, 2, 3):
+        path = tmp_path / f"frame_{frame:06d}.png"
+        path.write_bytes(b"png" * frame)
+        uploader.add(frame, path)
+    uploader.finish()
+    uploader.raise_errors()
+    assert sorted(uploader.done) == [1, 2, 3]
+    assert ctx.ledger.frame_records("j1")[3][0] == 9
+    assert ctx.ledger.chunk("j1", 0)["frames_rendered"] == "3"
+    assert ctx.store.objects[keys.frame_key("j1", 2)] == b"pngpng"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"), [(StoreError("503"), TransientError), (OSError("disk"), PermanentError)]
+)
+def test_failed_uploads_are_reported_by_kind(
+    ctx: WorkerContext, tmp_path: Path, error: Exception, raised: type[Exception]
+) -> None:
+    ctx.store.fail_puts = error  # type: ignore[attr-defined]
+    uploader = FrameUploader(ctx.store, ctx.ledger, "j1", 0)
+    uploader.start()
+    path = tmp_path / "frame_000001.png"
+    path.write_bytes(b"png")
+    uploader.add(1, path)
+    uploader.finish()
+    with pytest.raises(raised):
+        uploader.raise_errors()
+    assert ctx.ledger.frame_records("j1") == {}
+
+
+def test_a_thread_holds_only_its_own_claim(ctx: WorkerContext) -> None:
+    from workers import attempt
+
+    tokens: dict[str, str] = {}
+
+    def claim(name: str, index: int) -> None:
+        run(ctx, index, RENDER, lambda a: Outcome())
+        tokens[name] = attempt.held()
+
+    threads = [threading.Thread(target=claim, args=(f"t{i}", i)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tokens["t0"] != tokens["t1"]
+
+
+def test_a_worker_that_can_encode_makes_the_segment_in_the_same_task(
+    ctx: WorkerContext,
+) -> None:
+    """GIVEN a worker on the render and encode queues WHEN it renders a chunk THEN it makes the
+    segment at once, in one task: nothing goes back through the broker but the stitch gate."""
+    both = dataclasses.replace(ctx, queues=("render", "encode", "stitch"))
+    works = {Phase.RENDER: succeed, Phase.SEGMENT: succeed}
+    result = run_chunk_phase(both, "j1", 0, RENDER, works)
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert (result["done"], chunk["state"], chunk["attempt"]) == (True, "done", "1")
+    assert sent(ctx) == []
+    run_chunk_phase(both, "j1", 1, RENDER, works)
+    assert sent(ctx) == [("stitch", "j1", -1)]
+
+
+def test_a_render_only_worker_sends_the_segment_on(ctx: WorkerContext) -> None:
+    gpu_without_encoder = dataclasses.replace(ctx, queues=("render", "stitch"))
+    run_chunk_phase(gpu_without_encoder, "j1", 0, RENDER, {Phase.RENDER: succeed})
+    assert sent(ctx) == [("segment", "j1", 0)]
+    assert ctx.ledger.chunk("j1", 0)["state"] == ChunkState.RENDERED

@@ -1,0 +1,290 @@
+"""The render script (workers/blender_render.py) run for real with the bpy 4.5 wheel on tiny scenes,
+exactly as a worker runs it: job file and argv from workers.blender, the child from farm.proc."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from farm.proc import Result, run
+from workers import blender, gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(__file__).with_name("render_scenes.py")
+SAVED_BY_5_0 = Path(__file__).with_name("blends")
+MEMORY_LIMIT = 4096 * 1024 * 1024
+"""The cap the e2e farm gives CPU renders (FARM_RENDER_MEMORY_LIMIT_MB=4096)."""
+
+
+@pytest.fixture(scope="session")
+def scenes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("scenes")
+    done = subprocess.run(
+        [sys.executable, "-I", str(BUILD), str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+@dataclass
+class Run:
+    result: Result
+    out_dir: Path
+    frames: list[blender.RenderedFrame] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    loaded: dict[str, object] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+
+def render(
+    scene: Path,
+    tmp: Path,
+    frames: list[int],
+    settings: blender.RenderSettings | None = None,
+    binary: str = blender.WHEEL,
+) -> Run:
+    out_dir = tmp / "out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nonce = secrets.token_hex(16)
+    job = blender.job_file(
+        scene=scene,
+        out_dir=out_dir,
+        frames=frames,
+        settings=settings or blender.RenderSettings(),
+        nonce=nonce,
+    )
+    job_path = tmp / "job.json"
+    job_path.write_text(json.dumps(job))
+    argv = blender.script_argv(blender=binary, job_path=job_path, trusted=bool(job["trusted"]))
+    found = Run(result=Result(argv=argv, returncode=-1, tail=[], duration_s=0), out_dir=out_dir)
+
+    def on_line(line: str) -> None:
+        found.lines.append(line)
+        parsed = blender.script_line(line, nonce)
+        if parsed is None:
+            return
+        if parsed.kind == "LOADED":
+            found.loaded = dict(parsed.body)
+        if parsed.kind == "FRAME":
+            try:
+                found.frames.append(blender.accept_frame(parsed, out_dir=out_dir, frames=frames))
+            except blender.FrameRejected as exc:
+                found.rejected.append(str(exc))
+
+    found.result = run(argv, on_line=on_line, memory_limit_bytes=MEMORY_LIMIT, tail_lines=200)
+    return found
+
+
+def png_header(path: Path) -> tuple[int, int, int, int]:
+    """(width, height, bit depth, colour type) from a PNG's IHDR."""
+    data = path.read_bytes()[:29]
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    return (
+        int.from_bytes(data[16:20], "big"),
+        int.from_bytes(data[20:24], "big"),
+        data[24],
+        data[25],
+    )
+
+
+def test_cycles_scene_renders_each_frame_with_a_preview(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "cycles.blend", tmp_path, [1, 2])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert [f.frame for f in done.frames] == [1, 2]
+    assert [f.files for f in done.frames] == [
+        (done.out_dir / "frame_000001.png",),
+        (done.out_dir / "frame_000002.png",),
+    ]
+    assert png_header(done.frames[0].preview)[:3] == (32, 32, 8)
+    assert done.loaded["blender"] == "4.5.4 LTS"
+    assert any(blender.frame_progress(line) == (1, 2, 2) for line in done.lines)
+
+
+def test_only_named_overrides_change_the_scene(scenes: Path, tmp_path: Path) -> None:
+    done = render(
+        scenes / "cycles.blend",
+        tmp_path,
+        [2],
+        blender.RenderSettings(width=48, height=16, samples=1),
+    )
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert png_header(done.frames[0].files[0])[:2] == (48, 16)
+    assert any(blender.frame_progress(line) == (2, 1, 1) for line in done.lines)
+
+
+def test_denoised_scene_renders_with_oidn(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "denoise.blend", tmp_path, [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert [f.frame for f in done.frames] == [1]
+
+
+def test_multilayer_exr_frames_keep_passes_and_get_a_png_preview(
+    scenes: Path, tmp_path: Path
+) -> None:
+    done = render(scenes / "exr.blend", tmp_path, [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    (frame,) = done.frames
+    exr = frame.files[0]
+    assert exr.name == "frame_000001.exr"
+    head = exr.read_bytes()[:20000]
+    assert head[:4] == b"\x76\x2f\x31\x01"  # OpenEXR magic
+    assert b"ViewLayer.Normal.X" in head and b"ViewLayer.Depth.Z" in head
+    assert png_header(frame.preview)[:4] == (32, 32, 8, 2)  # 8-bit RGB, display-referred
+
+
+def test_png16_rgba_is_kept_as_the_scene_asks(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "png16.blend", tmp_path, [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert png_header(done.frames[0].files[0])[2:] == (16, 6)  # 16-bit RGBA
+    assert png_header(done.frames[0].preview)[2:] == (8, 2)
+
+
+def test_eevee_scene_renders_headless(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "eevee.blend", tmp_path, [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert done.loaded["engine"] == "BLENDER_EEVEE_NEXT"
+    assert png_header(done.frames[0].preview)[:2] == (32, 32)
+
+
+def test_eevee_engine_name_of_other_releases_is_mapped(scenes: Path, tmp_path: Path) -> None:
+    done = render(
+        scenes / "workbench.blend",
+        tmp_path,
+        [1],
+        blender.RenderSettings(engine="BLENDER_EEVEE", samples=1),
+    )
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert done.loaded["engine"] == "BLENDER_EEVEE_NEXT"
+
+
+def test_a_scene_saved_by_blender_5_0_renders(tmp_path: Path) -> None:
+    done = render(SAVED_BY_5_0 / "cycles-5.0.blend", tmp_path, [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert png_header(done.frames[0].files[0])[:2] == (32, 32)
+
+
+def test_a_5_0_eevee_scene_renders_with_its_engine_name_mapped(tmp_path: Path) -> None:
+    settings = blender.RenderSettings(scene_engine="BLENDER_EEVEE")  # as the file names it
+    done = render(SAVED_BY_5_0 / "eevee-5.0.blend", tmp_path, [1], settings)
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert done.loaded["engine"] == "BLENDER_EEVEE_NEXT"
+    assert [f.frame for f in done.frames] == [1]
+
+
+def test_workbench_scene_renders(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "workbench.blend", tmp_path, [1, 2])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert done.loaded["engine"] == "BLENDER_WORKBENCH"
+    assert [f.frame for f in done.frames] == [1, 2]
+
+
+def test_scene_scripts_do_not_run_and_names_cannot_pass_as_frames(
+    scenes: Path, tmp_path: Path
+) -> None:
+    scene = tmp_path / "hostile.blend"
+    shutil.copy(scenes / "hostile.blend", scene)
+    done = render(scene, tmp_path, [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert not (tmp_path / "autoexec-ran").exists()
+    assert not (tmp_path / "driver-ran").exists()
+    assert [f.files for f in done.frames] == [(done.out_dir / "frame_000001.png",)]
+    assert not any(blender.saved_frame(line) for line in done.lines)
+
+
+def test_trusted_scene_runs_its_scripts_but_forged_lines_are_ignored(
+    scenes: Path, tmp_path: Path
+) -> None:
+    scene = tmp_path / "hostile.blend"
+    shutil.copy(scenes / "hostile.blend", scene)
+    done = render(scene, tmp_path, [1], blender.RenderSettings(trusted=True))
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert (tmp_path / "autoexec-ran").exists()
+    assert (tmp_path / "driver-ran").exists()  # so the test above proves drivers stayed off
+    assert any(line.startswith("FARM-FRAME 0123456789abcdef") for line in done.lines)
+    assert [f.frame for f in done.frames] == [1]
+    assert done.rejected == []
+
+
+def test_missing_texture_fails_the_chunk_naming_the_file(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "missing.blend", tmp_path, [1])
+    assert done.result.returncode == 3
+    assert done.frames == []
+    assert any("FARM-ERROR" in line and "//tex/gone.png" in line for line in done.result.tail)
+
+
+def test_missing_linked_library_fails_the_chunk_naming_it(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "libmissing.blend", tmp_path, [1])
+    assert done.result.returncode == 3
+    assert done.frames == []
+    assert any(
+        "FARM-ERROR" in line and "//lib_gone/prop.blend (linked library)" in line
+        for line in done.result.tail
+    ), done.result.tail
+
+
+def test_a_texture_allowed_missing_at_submit_does_not_fail_the_chunk(
+    scenes: Path, tmp_path: Path
+) -> None:
+    settings = blender.RenderSettings(allow_missing=("//tex/gone.png",))
+    done = render(scenes / "missing.blend", tmp_path, [1], settings)
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert [f.frame for f in done.frames] == [1]
+
+
+def test_file_output_nodes_write_only_into_the_chunk_folder(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "fileoutput.blend", tmp_path, [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert not (scenes / "outside").exists()
+    assert not list(scenes.parent.glob("escape_*"))
+    written = [p for p in done.out_dir.rglob("*") if p.is_file()]
+    assert any("file_output" in p.parts for p in written)
+    assert all(done.out_dir in p.parents for p in written)
+
+
+def test_same_script_runs_inside_a_blender_binary(tmp_path: Path) -> None:
+    # Debian's blender 3.4 (make setup installs it for fixtures); the image runs 4.5.4 the same way.
+    done = render(
+        ROOT / "scenes" / "demo.blend",
+        tmp_path,
+        [1],
+        blender.RenderSettings(width=32, height=18, samples=1),
+        binary="blender",
+    )
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert png_header(done.frames[0].files[0])[:2] == (32, 18)
+
+
+def test_the_probe_reports_the_wheels_blender_and_what_it_can_do() -> None:
+    info = gpu.probe_blender(blender.WHEEL)
+    assert info.error == ""
+    assert info.version == "4.5.4"
+    assert info.file_version >= (4, 5, 85)  # opens files saved by Blender 5.0
+    assert {"CYCLES", "BLENDER_EEVEE_NEXT", "BLENDER_WORKBENCH"} <= set(info.engines)
+    assert "CPU" in info.devices
+    assert "OPENIMAGEDENOISE" in info.denoisers
+
+
+def test_a_blender_without_oidn_fails_a_denoised_scene_saying_so(tmp_path: Path) -> None:
+    scene = tmp_path / "denoise-3.4.blend"
+    make = (
+        "import bpy; s = bpy.context.scene; s.render.engine = 'CYCLES'; "
+        "s.cycles.use_denoising = True; "
+        f"bpy.ops.wm.save_as_mainfile(filepath={str(scene)!r})"
+    )
+    built = subprocess.run(
+        ["blender", "--background", "--factory-startup", "--python-expr", make],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert scene.exists(), built.stdout[-2000:]
+    done = render(scene, tmp_path, [1], blender.RenderSettings(width=16, height=16), "blender")
+    assert done.result.returncode == 3
+    assert any("built without it" in line for line in done.result.tail), done.result.tail

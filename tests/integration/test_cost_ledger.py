@@ -1,0 +1,158 @@
+"""Cost, budget, pause and priority against a real Redis: every attempt metered, a budget that
+pauses, a paused job refusing claims, and kombu's Redis priorities ordering the messages."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from farm import cost
+from farm.dispatch import Dispatcher, broker_priority, make_app
+from farm.ledger import Ledger
+from farm.pipeline import Phase
+from farm.plan import plan_chunks
+from farm.settings import Settings
+from farm.spec import build_render_spec
+from farm.state import ChunkState, JobState
+
+METER = {"instance_type": "g5.xlarge", "lifecycle": "local", "price_per_s": "0.01"}
+
+
+def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-20", chunk_size: int = 10,
+         **extra: str) -> None:  # fmt: skip
+    spec = build_render_spec(
+        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
+        fps=24, samples=4, codec="h264",
+    )  # fmt: skip
+    ledger.create_job(
+        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k",
+        plan=dict(extra),
+    )  # fmt: skip
+
+
+def _claim(ledger: Ledger, index: int, target: ChunkState = ChunkState.RENDERING) -> str:
+    claim = ledger.move_chunk("j1", index, target, mode="claim", lease_s=30, worker="w")
+    assert claim.moved, claim
+    return claim.token
+
+
+def test_every_attempt_is_metered_at_its_claims_price(ledger: Ledger) -> None:
+    ledger.meter = METER
+    _job(ledger)
+    token = _claim(ledger, 0)
+    time.sleep(0.2)
+    ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token)
+    spent = cost.job_cost(ledger.cost_record("j1"))
+    assert spent.attempts == 1 and spent.wasted_attempts == 0
+    assert 0.2 <= spent.gpu_s < 1.0
+    assert spent.spent == pytest.approx(spent.gpu_s * 0.01)
+    assert spent.by_instance == {"g5.xlarge local": spent.gpu_s}
+    chunk = ledger.chunk("j1", 0)
+    assert float(chunk["gpu_s"]) == spent.gpu_s and "claimed_at" not in chunk
+    [record] = ledger.attempt_records("j1")
+    assert record["chunk"] == 0 and record["phase"] == "rendering" and record["end"] == "rendered"
+
+
+def test_failed_interrupted_and_lost_attempts_are_wasted(ledger: Ledger) -> None:
+    ledger.meter = METER
+    _job(ledger)
+    token = _claim(ledger, 0)
+    ledger.move_chunk("j1", 0, ChunkState.QUEUED, token=token, mode="fail", max_failures=3)
+    token = _claim(ledger, 0)
+    ledger.move_chunk("j1", 0, ChunkState.INTERRUPTED, token=token, mode="interrupt",
+                      max_failures=6)  # fmt: skip
+    _claim(ledger, 0)
+    now = time.time()
+    # The worker vanished: claimed 10 s ago, its lease ran out 4 s ago.
+    ledger.r.hset("farm:chunk:j1:0", mapping={"claimed_at": now - 10, "lease_expires": now - 4})
+    lost = ledger.move_chunk("j1", 0, ChunkState.QUEUED, mode="expire", max_failures=6,
+                             only_from=frozenset({ChunkState.RENDERING}))  # fmt: skip
+    assert lost.moved
+    spent = cost.job_cost(ledger.cost_record("j1"))
+    assert spent.attempts == 3 and spent.wasted_attempts == 3
+    assert spent.wasted_gpu_s == spent.gpu_s
+    assert ledger.attempt_records("j1")[-1]["s"] == pytest.approx(6.0, abs=0.1)
+
+
+def test_a_claim_past_the_budget_pauses_the_job_and_is_refused(ledger: Ledger) -> None:
+    ledger.meter = METER
+    _job(ledger, max_cost="0.05")
+    token = _claim(ledger, 0)
+    ledger.r.hset("farm:chunk:j1:0", "claimed_at", time.time() - 4)  # a 4 s attempt: $0.04
+    for frame in range(1, 11):
+        ledger.record_frame("j1", frame, 1, "x")
+    ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token)
+    # spent $0.04 for 10 of 20 frames: $0.04 more expected, $0.08 > $0.05
+    refused = ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim", lease_s=30)
+    assert not refused.moved
+    job = ledger.job("j1")
+    assert job["state"] == JobState.PAUSED
+    assert "would pass the budget of $0.0500" in job["paused_reason"]
+    assert ledger.chunk("j1", 1)["state"] == ChunkState.QUEUED
+
+
+def test_resume_with_a_higher_budget_lets_claims_through(ledger: Ledger) -> None:
+    _job(ledger, max_cost="0.01")
+    ledger.r.hset("farm:cost:j1", "cost", "0.02")
+    assert not ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim").moved
+    assert ledger.resume_job("j1", max_cost=1.0).moved
+    assert ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim").moved
+
+
+def test_a_paused_job_refuses_claims_but_running_chunks_finish(ledger: Ledger) -> None:
+    _job(ledger)
+    token = _claim(ledger, 0)
+    assert ledger.pause_job("j1", "paused by a user").moved
+    assert ledger.renew("j1", 0, token, 30) == "ok"
+    assert not ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim").moved
+    assert ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token).moved
+    assert ledger.resume_job("j1").moved
+    assert ledger.job("j1")["state"] == JobState.RUNNING
+
+
+def test_priority_defaults_to_fifty(ledger: Ledger) -> None:
+    _job(ledger)
+    assert ledger.priority("j1") == 50
+    ledger.set_priority("j1", 90)
+    assert ledger.priority("j1") == 90
+
+
+def test_the_broker_hands_out_a_high_priority_message_before_a_hundred_older_ones(
+    ledger: Ledger, redis_url: str
+) -> None:
+    app = make_app(Settings(redis_url=redis_url))
+    priorities = {"long": 50, "rush": 90}
+    dispatch = Dispatcher(app, priority_of=priorities.__getitem__)
+    for chunk in range(100):
+        dispatch.send(Phase.RENDER, "long", chunk)
+    dispatch.send(Phase.RENDER, "rush", 0)
+    with app.connection_for_read() as conn:
+        message = conn.default_channel.basic_get("render", no_ack=True)
+        assert message is not None
+        assert message.payload[1]["job_id"] == "rush"
+        second = conn.default_channel.basic_get("render", no_ack=True)
+        assert second is not None and second.payload[1] == {"job_id": "long", "chunk": 0}
+    assert broker_priority(90) < broker_priority(50)
+
+
+def test_farm_priority_resends_the_waiting_chunks_ahead_of_the_queue(
+    ledger: Ledger, redis_url: str
+) -> None:
+    from farm.jobs import reprioritize
+
+    settings = Settings(redis_url=redis_url)
+    _job(ledger, "long", frames="1-40", chunk_size=1)
+    _job(ledger, "late", frames="1-2", chunk_size=1)
+    dispatch = Dispatcher(make_app(settings))
+    for chunk in range(40):
+        dispatch.send(Phase.RENDER, "long", chunk)
+    for chunk in range(2):
+        dispatch.send(Phase.RENDER, "late", chunk)
+    assert reprioritize(settings, "late", 95) == 2
+    with make_app(settings).connection_for_read() as conn:
+        got = [conn.default_channel.basic_get("render", no_ack=True) for _ in range(2)]
+    assert [m.payload[1] for m in got if m] == [
+        {"job_id": "late", "chunk": 0},
+        {"job_id": "late", "chunk": 1},
+    ]

@@ -1,0 +1,198 @@
+"""A hostile scene's Python run for real inside the render box (bubblewrap): Debian's Blender with
+`--python-expr`, and the render script under the bpy wheel with a scene whose embedded script
+autoruns (trusted job). Each attack is first shown to work unboxed, then to fail in the box."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from farm.proc import Result, run
+from farm.sandbox import wrap
+from farm.settings import Settings
+from workers import blender
+from workers.box import render_box
+
+ATTACK = """
+import os, socket
+def attempt(name, fn):
+    try:
+        fn()
+        print("ATTACK", name, "ok", flush=True)
+    except Exception as exc:
+        print("ATTACK", name, "refused", type(exc).__name__, flush=True)
+attempt("write-outside", lambda: open(OUTSIDE, "w").write("pwned"))
+attempt("read-secret", lambda: print("SECRET", open(SECRET).read(), flush=True))
+attempt("redis", lambda: socket.create_connection((HOST, PORT), timeout=3).close())
+attempt("write-out-dir", lambda: open(OUT_DIR + "/mine.txt", "w").write("x"))
+print("ENV", repr(os.environ.get("FARM_REDIS_URL")), repr(os.environ.get("AWS_SECRET_ACCESS_KEY")),
+      flush=True)
+"""
+
+
+def attack_code(tmp: Path, redis_url: str, out_dir: Path) -> str:
+    url = urlparse(redis_url)
+    values = {
+        "OUTSIDE": str(tmp / "outside.txt"),
+        "SECRET": str(tmp / "secrets.json"),
+        "HOST": url.hostname,
+        "PORT": url.port,
+        "OUT_DIR": str(out_dir),
+    }
+    return "".join(f"{k} = {v!r}\n" for k, v in values.items()) + ATTACK
+
+
+@pytest.fixture
+def chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str) -> dict[str, Path]:
+    """A worker's scratch: a secret beside the job, the chunk's workspace and output folder, and
+    the worker's own credentials in its environment."""
+    (tmp_path / "secrets.json").write_text('{"redis_password": "hunter2"}')
+    monkeypatch.setenv("FARM_REDIS_URL", redis_url)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    paths = {
+        "workspace": tmp_path / "jobs/j1/render-00000",
+        "out_dir": tmp_path / "jobs/j1/frames",
+        "tree": tmp_path / "jobs/j1/tree",
+    }
+    for path in paths.values():
+        path.mkdir(parents=True)
+    (paths["tree"] / "scene.blend").write_bytes(b"")
+    return paths
+
+
+def attacks(result: Result) -> dict[str, str]:
+    found = {}
+    for line in result.tail:
+        if line.startswith("ATTACK "):
+            _, name, outcome, *_ = line.split()
+            found[name] = outcome
+        if line.startswith(("ENV ", "SECRET ")):
+            found[line.split()[0]] = line.split(" ", 1)[1]
+    return found
+
+
+def boxed(argv: list[str], chunk: dict[str, Path], blender_bin: str) -> list[str]:
+    box = render_box(
+        Settings(blender=blender_bin),
+        workspace=chunk["workspace"],
+        out_dir=chunk["out_dir"],
+        scene=chunk["tree"] / "scene.blend",
+        tree=True,
+    )
+    assert box is not None
+    return wrap(argv, box)
+
+
+def blender_expr(code: str) -> list[str]:
+    return ["blender", "--background", "--factory-startup", "--python-expr", code]
+
+
+def test_unboxed_blender_reaches_everything(
+    chunk: dict[str, Path], tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: the same script without the box (and with the whole environment) succeeds,
+    so the boxed test below proves the box, not a broken attack."""
+    code = attack_code(tmp_path, redis_url, chunk["out_dir"])
+    result = run(blender_expr(code), env=dict(os.environ), tail_lines=400)
+    seen = attacks(result)
+    assert seen["write-outside"] == "ok" and (tmp_path / "outside.txt").exists()
+    assert seen["redis"] == "ok"
+    assert "hunter2" in seen["SECRET"]
+    assert redis_url in seen["ENV"]
+
+
+def test_boxed_blender_cannot_write_read_or_connect_outside(
+    chunk: dict[str, Path], tmp_path: Path, redis_url: str
+) -> None:
+    code = attack_code(tmp_path, redis_url, chunk["out_dir"])
+    result = run(boxed(blender_expr(code), chunk, "blender"), tail_lines=400)
+    seen = attacks(result)
+    assert result.ok, "\n".join(result.tail)
+    assert not (tmp_path / "outside.txt").exists()
+    assert seen["read-secret"] == "refused" and "SECRET" not in seen
+    assert seen["redis"] == "refused"
+    assert seen["ENV"] == "None None"
+    assert seen["write-out-dir"] == "ok" and (chunk["out_dir"] / "mine.txt").read_text() == "x"
+
+
+def test_box_refuses_to_render_without_bwrap(
+    chunk: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from farm.errors import PermanentError
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(PermanentError, match="FARM_SANDBOX=off"):
+        render_box(
+            Settings(),
+            workspace=chunk["workspace"],
+            out_dir=chunk["out_dir"],
+            scene=chunk["tree"] / "scene.blend",
+            tree=True,
+        )
+    off = render_box(
+        Settings(sandbox="off"),
+        workspace=chunk["workspace"],
+        out_dir=chunk["out_dir"],
+        scene=chunk["tree"] / "scene.blend",
+        tree=True,
+    )
+    assert off is None
+
+
+MAKE_SCENE = """
+import sys, bpy
+bpy.ops.wm.read_factory_settings(use_empty=True)
+scene = bpy.data.scenes[0]
+scene.render.resolution_x = scene.render.resolution_y = 8
+scene.render.engine = "BLENDER_WORKBENCH"
+scene.camera = bpy.data.objects.new("cam", bpy.data.cameras.new("cam"))
+scene.collection.objects.link(scene.camera)
+text = bpy.data.texts.new("attack.py")
+text.write(open(sys.argv[-2]).read())
+text.use_module = True
+bpy.ops.wm.save_as_mainfile(filepath=sys.argv[-1])
+"""
+
+
+def test_trusted_scene_script_is_boxed_in_a_real_render(
+    chunk: dict[str, Path], tmp_path: Path, redis_url: str
+) -> None:
+    """GIVEN a scene whose registered text block attacks when the file opens with scripts allowed
+    (a trusted job), WHEN the render script renders it in the box with the bpy wheel, THEN the
+    frame renders and every attack fails."""
+    attack = tmp_path / "attack.py"
+    attack.write_text(attack_code(tmp_path, redis_url, chunk["out_dir"]))
+    scene = chunk["tree"] / "scene.blend"
+    made = subprocess.run(
+        [sys.executable, "-I", "-c", MAKE_SCENE, str(attack), str(scene)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+    nonce = secrets.token_hex(16)
+    job = blender.job_file(
+        scene=scene,
+        out_dir=chunk["out_dir"],
+        frames=[1],
+        settings=blender.RenderSettings(trusted=True),
+        nonce=nonce,
+    )
+    job_path = chunk["workspace"] / "blender-job.json"
+    job_path.write_text(json.dumps(job))
+    argv = blender.script_argv(blender=blender.WHEEL, job_path=job_path, trusted=True)
+    result = run(boxed(argv, chunk, blender.WHEEL), tail_lines=400)
+    seen = attacks(result)
+    assert result.ok, "\n".join(result.tail)
+    assert seen, "the scene's script did not run:\n" + "\n".join(result.tail)
+    assert not (tmp_path / "outside.txt").exists()
+    assert seen["read-secret"] == "refused" and seen["redis"] == "refused"
+    assert seen["ENV"] == "None None"
+    assert (chunk["out_dir"] / "frame_000001.png").exists()

@@ -1,0 +1,56 @@
+"""The box's argv is pure: bwrap flags for no network, a clean environment and the chunk's mounts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from farm.sandbox import Box, minimal_env, wrap
+
+WORKER_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/root",
+    "FARM_REDIS_URL": "redis://:pw@10.0.0.5:6379/0",
+    "AWS_SECRET_ACCESS_KEY": "s",
+    "REDIS_PASSWORD": "pw",
+    "CUDA_VISIBLE_DEVICES": "0",
+}
+
+
+def flag_pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def test_minimal_env_keeps_the_allowlist_and_never_a_credential() -> None:
+    env = minimal_env(WORKER_ENV, home="/scratch/chunk")
+    assert env == {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": "/scratch/chunk",
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
+
+
+def test_wrap_has_no_network_a_clean_env_and_the_program_last() -> None:
+    box = Box(
+        writable=(Path("/s/jobs/j/render-00001"), Path("/s/jobs/j/frames")),
+        readable=(Path("/s/jobs/j/tree"),),
+        env={"FARM_X": "no", "TZ": "UTC"},
+    )
+    argv = wrap(["blender", "-b", "x.blend"], box, environ=WORKER_ENV)
+    assert argv[0] == "bwrap"
+    assert {"--unshare-all", "--die-with-parent", "--new-session", "--clearenv"} <= set(argv)
+    assert "--share-net" not in argv
+    assert argv[-4:] == ["--", "blender", "-b", "x.blend"]
+    assert flag_pairs(argv, "--setenv") == ["CUDA_VISIBLE_DEVICES", "HOME", "LANG", "PATH", "TZ"]
+    assert not any("pw" in a or "FARM_" in a or "AWS_" in a for a in argv)
+    assert flag_pairs(argv, "--bind") == ["/s/jobs/j/frames", "/s/jobs/j/render-00001"]
+    assert "/s/jobs/j/tree" in flag_pairs(argv, "--ro-bind")
+    assert flag_pairs(argv, "--chdir") == ["/s/jobs/j/render-00001"]
+
+
+def test_a_writable_folder_inside_a_read_only_tree_is_mounted_after_it() -> None:
+    box = Box(writable=(Path("/s/tree/out"),), readable=(Path("/s/tree"),))
+    argv = wrap(["true"], box, environ={})
+    mounts = [a for i, a in enumerate(argv) if argv[i - 1] in ("--ro-bind", "--bind")]
+    assert mounts.index("/s/tree") < mounts.index("/s/tree/out")

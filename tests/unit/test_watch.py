@@ -1,0 +1,45 @@
+"""What `farm watch` and `farm status` draw (pure: summaries in, text out)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from farm import cost
+from farm.report import job_summary, to_text
+from farm.watch import farm_view, job_view
+
+
+def _summary(state: str = "running") -> dict[str, Any]:
+    now = time.time()
+    job = {"id": "j-1", "kind": "render", "state": state, "chunks_total": "2", "chunks_done": "1",
+           "frames_total": "4", "created": str(now - 60), "spec": json.dumps({"source_name": "s.blend"})}  # fmt: skip
+    chunks = [
+        {"index": "0", "state": "done", "frames": "[1, 2]", "frames_rendered": "2", "worker": "w1"},
+        {"index": "1", "state": "rendering", "frames": "[3, 4]", "worker": "w1"},
+    ]
+    summary = job_summary(job, chunks, now=now)
+    spend = cost.spend_of(job, cost.job_cost({"cost": "0.5", "wasted_cost": "0.1",
+                                              "attempts": "3", "wasted_attempts": "1"}), 2)  # fmt: skip
+    summary.update(priority=70, paused_reason="", cost=spend.to_json())
+    return summary
+
+
+def test_the_job_view_shows_progress_chunks_cost_and_workers() -> None:
+    text = to_text(job_view(_summary(), {"w1": {"queues": ["render"], "seen": time.time()}}))
+    assert "job j-1" in text and "priority 70" in text
+    assert "$0.5000 spent, $0.1000 wasted (1 of 3 attempts)" in text
+    assert "$0.5000 and " in text  # two frames of four at $0.25 each still to pay
+    chunk_lines = [line for line in text.splitlines() if line.strip()[:1].isdigit()]
+    assert any("done" in line for line in chunk_lines)
+    assert any("rendering" in line for line in chunk_lines)
+    assert "w1" in text and "render" in text
+
+
+def test_the_farm_view_lists_jobs_with_eta_and_cost() -> None:
+    row = _summary()
+    text = to_text(farm_view([row], {}))
+    line = next(x for x in text.splitlines() if x.startswith("j-1"))
+    assert "running" in line and "70" in line and "$0.5000" in line and "s.blend" in line
+    assert "01:00" in line  # half the frames in a minute: a minute to go

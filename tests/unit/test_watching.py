@@ -1,0 +1,93 @@
+"""The pure parts of watching the farm: census arithmetic, webhook bodies and signatures, the
+thumbnail command line, and the job pages' HTML."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from pathlib import Path
+
+from farm import census, jobpage, notices
+from farm.report import job_summary
+from workers.thumbnail import thumbnail_argv
+
+
+def test_a_transcode_chunk_waits_on_the_encode_queue() -> None:
+    counts = census.Census()
+    job = {"kind": "transcode", "state": "running"}
+    census.add_chunk(counts, job, {"state": "queued", "attempt": "0"})
+    census.add_chunk(counts, job, {"state": "transcoding", "attempt": "1"})
+    assert counts.waiting == {"encode": 1} and counts.running == {"encode": 1}
+    assert counts.backlog_per_worker()["encode"] == 2.0  # no worker: the chunk count itself
+
+
+def test_a_paused_jobs_waiting_chunks_are_not_backlog() -> None:
+    counts = census.Census()
+    census.add_chunk(counts, {"kind": "render", "state": "paused"}, {"state": "queued"})
+    assert counts.backlog()["render"] == 0
+    assert counts.chunks[("render", "queued")] == 1
+
+
+def test_draining_workers_do_not_serve_the_backlog() -> None:
+    counts = census.Census()
+    census.add_workers(counts, {
+        "a": {"queues": ["render"], "cycles_device": "OPTIX", "nvenc": True},
+        "b": {"queues": ["render"], "draining": "spot interruption"},
+    })  # fmt: skip
+    census.add_chunk(counts, {"kind": "render", "state": "running"}, {"state": "queued"})
+    census.add_chunk(counts, {"kind": "render", "state": "running"}, {"state": "rendering"})
+    assert counts.serving == {"render": 1}
+    assert counts.backlog_per_worker()["render"] == 2.0
+    assert counts.workers[("render", "CPU", "false", "true")] == 1
+
+
+def test_the_signature_is_hmac_sha256_of_the_body() -> None:
+    body = b'{"event":"job.done"}'
+    expected = hmac.new(b"k", body, hashlib.sha256).hexdigest()
+    assert notices.sign(body, "k") == f"sha256={expected}"
+    assert notices.verify(body, "k", f"sha256={expected}")
+    assert not notices.verify(body + b" ", "k", f"sha256={expected}")
+
+
+def test_a_budget_pause_and_a_users_pause_are_different_events() -> None:
+    assert notices.event_for("paused", {"paused_reason": "budget: spent $4"}) == "job.budget"
+    assert notices.event_for("paused", {"paused_reason": "by a user"}) == "job.paused"
+    assert notices.event_for("running", {}) is None
+
+
+def test_the_payload_says_what_happened_to_which_job() -> None:
+    notice = notices.Notice(id="n1", job_id="j1", event="job.failed", t=1.0, url="http://x")
+    job = {"kind": "render", "state": "failed", "error": "chunk 3 failed 3 times",
+           "spec": json.dumps({"source_name": "shot.blend"}), "chunks_total": "4"}  # fmt: skip
+    body = notices.payload(notice, job, {"spent": 1.5})
+    assert body["event"] == "job.failed" and body["id"] == "n1"
+    assert body["job"]["source_name"] == "shot.blend" and body["job"]["chunks_total"] == 4
+    assert body["job"]["spend"] == {"spent": 1.5}
+    assert notices.Notice.from_member(notice.to_member()) == notice
+
+
+def test_thumbnail_argv() -> None:
+    assert thumbnail_argv("ffmpeg", Path("/f/000001.png"), Path("/f/t.jpg")) == [
+        "ffmpeg", "-nostdin", "-v", "error", "-y", "-i", "/f/000001.png",
+        "-vf", "scale='min(320,iw)':-2", "-frames:v", "1", "-pix_fmt", "yuvj420p", "-q:v", "5",
+        "/f/t.jpg",
+    ]  # fmt: skip
+
+
+def test_the_jobs_page_shows_cost_only_when_metered() -> None:
+    job = {"id": "j1", "kind": "render", "state": "running", "frames_total": "10",
+           "chunks_total": "5", "created": "100"}  # fmt: skip
+    summary = job_summary(job, [], now=200)
+    assert "<th>cost</th>" not in jobpage.jobs_page([(summary, None)])
+    assert "$1.25 of ~$3.00" in jobpage.jobs_page([(summary, (1.25, 3.0))])
+
+
+def test_log_links_are_labelled_by_phase_and_attempt() -> None:
+    summary = job_summary({"id": "j1", "state": "done"}, [{"index": "0", "state": "done"}])
+    html = jobpage.job_page(
+        summary, chunk_times={0: (10.0, 20.0)}, thumbs=[], logs={0: ["00000-render-attempt2.log"]},
+        cost=None, now=30.0,
+    )  # fmt: skip
+    assert 'title="00000-render-attempt2.log">render 2</a>' in html
+    assert 'data-chunk="0" data-state="done"' in html

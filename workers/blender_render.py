@@ -1,0 +1,387 @@
+"""Render one chunk inside Blender: open the scene, apply the job's overrides, write each frame.
+
+Runs as a child process, never imported by the worker with bpy present, two ways:
+    blender -b --factory-startup --python-exit-code 3 --python blender_render.py -- --job job.json
+    python -I blender_render.py --job job.json          # the `bpy` wheel
+It imports nothing from the farm, so any Blender can run it. Each finished frame is announced on
+one stdout line carrying the job's nonce (`FARM-FRAME <nonce> {...}`); any error exits non-zero
+with its message on stderr. The job file is built by workers/blender.py (`job_file`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+EXIT_FAILED = 3
+"""Matches `--python-exit-code 3`: the script itself refused or failed the chunk."""
+ENGINE_ALIASES = {
+    "BLENDER_EEVEE": "BLENDER_EEVEE_NEXT",
+    "BLENDER_EEVEE_NEXT": "BLENDER_EEVEE",
+}
+"""Eevee is BLENDER_EEVEE_NEXT in 4.2-4.5 and BLENDER_EEVEE before and since 5.0."""
+PREVIEW_DEPTHS = ("8", "16")
+MOVIE_FORMATS = frozenset({"FFMPEG", "AVI_JPEG", "AVI_RAW"})
+_UNSAFE = re.compile(r"[^A-Za-z0-9._#-]+")
+
+
+class ChunkFailed(Exception):
+    """The chunk cannot render as asked; the message names what to fix."""
+
+
+def map_engine(name: str, available: Iterable[str]) -> str:
+    """The engine called `name` in this Blender: itself, or its other release's name."""
+    names = set(available)
+    if name in names:
+        return name
+    alias = ENGINE_ALIASES.get(name)
+    if alias and alias in names:
+        return alias
+    raise ChunkFailed(
+        f"render engine {name} is not in this Blender (it has {', '.join(sorted(names))})"
+    )
+
+
+def safe_slot(path: str) -> str:
+    """A File Output slot path made into one plain name (no folders, no `..`, no absolute)."""
+    name = _UNSAFE.sub("_", path.replace("\\", "/").replace("/", "_")).strip("._")
+    return name or "slot"
+
+
+def frame_name(frame: int, extension: str) -> str:
+    return f"frame_{frame:06d}{extension}"
+
+
+def preview_name(frame: int) -> str:
+    return f"preview_{frame:06d}.png"
+
+
+def announce(kind: str, nonce: str, **fields: Any) -> None:
+    print(f"FARM-{kind} {nonce} {json.dumps(fields, sort_keys=True)}", flush=True)
+
+
+def job_path(argv: list[str]) -> str:
+    """`--job PATH`, after a `--` when run inside the blender binary."""
+    args = argv[argv.index("--") + 1 :] if "--" in argv else argv[1:]
+    if "--job" not in args or args.index("--job") + 1 >= len(args):
+        raise ChunkFailed("usage: blender_render.py --job JOB.json")
+    return args[args.index("--job") + 1]
+
+
+def main(argv: list[str]) -> None:
+    # `python -I script.py` puts workers/ first on sys.path: keep its modules out of Blender's way.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    if "--probe" in argv:
+        import bpy
+
+        print("FARM-CAPS " + json.dumps(capabilities(bpy), sort_keys=True), flush=True)
+        return
+    with open(job_path(argv), encoding="utf-8") as fh:
+        job = json.load(fh)
+    import bpy
+
+    Renderer(bpy, job).run()
+
+
+def capabilities(bpy: Any) -> dict[str, Any]:
+    """This Blender's version, file version, engines, Cycles devices and denoisers."""
+    import _cycles
+
+    devices: dict[str, list[str]] = {}
+    for kind in ("CPU", "CUDA", "OPTIX", "HIP", "ONEAPI"):
+        try:
+            found = _cycles.available_devices(kind)
+        except Exception:
+            found = ()
+        devices[kind] = [d[0] for d in found if d[1] == kind]
+    denoisers = ["OPENIMAGEDENOISE"] if getattr(_cycles, "with_openimagedenoise", False) else []
+    if devices["OPTIX"]:
+        denoisers.append("OPTIX")
+    return {
+        "version": bpy.app.version_string.split()[0],
+        "file_version": list(bpy.app.version_file),
+        "engines": engine_names(bpy),
+        "devices": {k: v for k, v in devices.items() if v},
+        "denoisers": denoisers,
+    }
+
+
+def engine_names(bpy: Any) -> list[str]:
+    """Render engines this Blender has. The RNA enum is filled at run time (its static list
+    misses most), so the built-in ones are named and registered engine classes added."""
+    names = {"BLENDER_WORKBENCH", "CYCLES"}
+    names.update(
+        item.identifier for item in bpy.types.RenderSettings.bl_rna.properties["engine"].enum_items
+    )
+    todo = list(bpy.types.RenderEngine.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        names.add(getattr(cls, "bl_idname", "") or "")
+    return sorted(n for n in names if n)
+
+
+class Renderer:
+    """One chunk's render: every bpy call lives here."""
+
+    def __init__(self, bpy: Any, job: dict[str, Any]) -> None:
+        self.bpy = bpy
+        self.job = job
+        self.nonce = str(job["nonce"])
+        self.out_dir = os.path.abspath(job["out_dir"])
+
+    def run(self) -> None:
+        started = time.monotonic()
+        scene = self.open_scene()
+        self.check_files()
+        self.apply_overrides(scene)
+        self.select_device(scene)
+        self.check_denoiser(scene)
+        self.confine_file_outputs(scene)
+        image = scene.render.image_settings
+        if image.file_format in MOVIE_FORMATS:
+            # Frames are kept as images; the farm makes the video.
+            image.file_format, image.color_mode, image.color_depth = "PNG", "RGB", "8"
+        announce(
+            "LOADED",
+            self.nonce,
+            blender=self.bpy.app.version_string,
+            engine=scene.render.engine,
+            width=scene.render.resolution_x * scene.render.resolution_percentage // 100,
+            height=scene.render.resolution_y * scene.render.resolution_percentage // 100,
+            format=image.file_format,
+            color_mode=image.color_mode,
+            color_depth=image.color_depth,
+            load_s=round(time.monotonic() - started, 3),
+        )
+        for frame in self.job["frames"]:
+            self.render_frame(scene, int(frame))
+
+    def open_scene(self) -> Any:
+        bpy = self.bpy
+        # Factory settings: no user preferences or add-ons of whoever runs the worker.
+        bpy.ops.wm.read_factory_settings(use_empty=True)
+        trusted = bool(self.job.get("trusted", False))
+        try:
+            bpy.ops.wm.open_mainfile(filepath=self.job["scene"], load_ui=False, use_scripts=trusted)
+        except RuntimeError as exc:
+            raise ChunkFailed(
+                f"Blender {bpy.app.version_string} cannot open the scene: {exc}"
+            ) from None
+        scene = bpy.context.scene
+        if scene is None:
+            raise ChunkFailed("the .blend file has no scene")
+        return scene
+
+    def check_files(self) -> None:
+        """A file the scene uses but Blender cannot find renders magenta or empty: refuse it."""
+        allowed = set(self.job.get("allow_missing", ()))
+        missing = sorted(
+            m for m in set(self._missing_files()) if m.split(" (", 1)[0] not in allowed
+        )
+        if missing:
+            raise ChunkFailed(
+                f"{len(missing)} file(s) the scene uses are missing: " + ", ".join(missing)
+            )
+
+    def _missing_files(self) -> Iterator[str]:
+        data, abspath = self.bpy.data, self.bpy.path.abspath
+        for lib in data.libraries:
+            if lib.is_missing:
+                yield f"{lib.filepath} (linked library)"
+        for image in data.images:
+            if image.source not in {"FILE", "SEQUENCE", "TILED"} or image.packed_file:
+                continue
+            if image.packed_files and len(image.packed_files):
+                continue
+            path = abspath(image.filepath, library=image.library)
+            if image.source == "TILED":
+                tiles = [path.replace("<UDIM>", str(t.number)) for t in image.tiles]
+                if not any(os.path.isfile(t) for t in tiles):
+                    yield f"{image.filepath} (image {image.name}, UDIM tiles)"
+                continue
+            if not os.path.isfile(path):
+                yield f"{image.filepath} (image {image.name})"
+        for kind in ("volumes", "cache_files", "movieclips", "fonts"):
+            for block in getattr(data, kind, ()):
+                filepath = getattr(block, "filepath", "")
+                if not filepath or filepath == "<builtin>" or getattr(block, "packed_file", None):
+                    continue
+                library = getattr(block, "library", None)
+                path = abspath(filepath, library=library)
+                if "#" in os.path.basename(path) or "<" in path:
+                    continue  # a frame-numbered sequence; Blender resolves it per frame
+                if not os.path.exists(path):
+                    yield f"{filepath} ({kind[:-1].replace('_', ' ')} {block.name})"
+
+    def apply_overrides(self, scene: Any) -> None:
+        """Only what the job names; everything else stays the scene's own."""
+        over = self.job.get("overrides", {})
+        render = scene.render
+        engines = engine_names(self.bpy)
+        # Set even when not overridden: a name this release lacks (5.0's BLENDER_EEVEE in 4.5)
+        # reads back as another engine but renders with none until it is set to a real one.
+        engine = over.get("engine") or self.job.get("scene_engine") or render.engine
+        render.engine = map_engine(str(engine), engines)
+        if "resolution" in over:
+            render.resolution_x, render.resolution_y = (int(v) for v in over["resolution"])
+            render.resolution_percentage = 100
+        if "samples" in over:
+            samples = int(over["samples"])
+            if render.engine == "CYCLES":
+                scene.cycles.samples = samples
+            elif render.engine.startswith("BLENDER_EEVEE"):
+                scene.eevee.taa_render_samples = samples
+        if over.get("camera"):
+            camera = self.bpy.data.objects.get(over["camera"])
+            if camera is None or camera.type != "CAMERA":
+                raise ChunkFailed(f"the scene has no camera object named {over['camera']!r}")
+            scene.camera = camera
+        if scene.camera is None:
+            raise ChunkFailed("the scene has no active camera; set one or pass --camera")
+        threads = int(self.job.get("threads", 0))
+        if threads > 0:
+            render.threads_mode = "FIXED"
+            render.threads = threads
+
+    def select_device(self, scene: Any) -> None:
+        device = str(self.job.get("device", "CPU"))
+        if scene.render.engine != "CYCLES":
+            return
+        if device == "CPU":
+            scene.cycles.device = "CPU"
+            return
+        prefs = self.bpy.context.preferences.addons["cycles"].preferences
+        prefs.compute_device_type = device
+        prefs.get_devices()
+        found = [d for d in prefs.devices if d.type == device]
+        if not found:
+            raise ChunkFailed(f"no {device} device visible to Cycles")
+        for d in prefs.devices:
+            d.use = d.type == device
+        scene.cycles.device = "GPU"
+
+    def check_denoiser(self, scene: Any) -> None:
+        if scene.render.engine != "CYCLES" or not scene.cycles.use_denoising:
+            return
+        import _cycles
+
+        has_oidn = bool(getattr(_cycles, "with_openimagedenoise", False))
+        denoiser = getattr(scene.cycles, "denoiser", "")
+        if denoiser == "OPTIX" and self.job.get("device") == "OPTIX":
+            return
+        if not has_oidn:
+            raise ChunkFailed(
+                f"the scene denoises with OpenImageDenoise but Blender "
+                f"{self.bpy.app.version_string} here was built without it; render with "
+                "the farm's Blender (the bpy wheel or the worker image)"
+            )
+        if denoiser != "OPENIMAGEDENOISE":
+            # OptiX denoising needs an NVIDIA GPU; OIDN gives the same kind of image on any host.
+            scene.cycles.denoiser = "OPENIMAGEDENOISE"
+
+    def confine_file_outputs(self, scene: Any) -> None:
+        """File Output nodes write into the chunk folder, whatever path the scene gave them."""
+        trees = [getattr(scene, "node_tree", None), getattr(scene, "compositing_node_group", None)]
+        seen: set[int] = set()
+        for tree in trees:
+            for node in self._nodes(tree, seen):
+                if node.bl_idname != "CompositorNodeOutputFile":
+                    continue
+                node.base_path = os.path.join(self.out_dir, "file_output", safe_slot(node.name))
+                for slot in getattr(node, "file_slots", ()):
+                    slot.path = safe_slot(slot.path)
+                for slot in getattr(node, "layer_slots", ()):
+                    slot.name = safe_slot(slot.name)
+                if hasattr(node, "directory"):  # 5.0's File Output node
+                    node.directory = node.base_path
+                if hasattr(node, "file_name"):
+                    node.file_name = safe_slot(node.file_name)
+
+    def _nodes(self, tree: Any, seen: set[int]) -> Iterator[Any]:
+        if tree is None or id(tree) in seen:
+            return
+        seen.add(id(tree))
+        for node in tree.nodes:
+            yield node
+            if getattr(node, "node_tree", None) is not None:
+                yield from self._nodes(node.node_tree, seen)
+
+    def render_frame(self, scene: Any, frame: int) -> None:
+        bpy = self.bpy
+        announce("START", self.nonce, frame=frame)
+        started = time.monotonic()
+        scene.frame_set(frame)
+        bpy.ops.render.render(write_still=False, scene=scene.name)
+        render_s = time.monotonic() - started
+        result = bpy.data.images.get("Render Result")
+        if result is None:
+            raise ChunkFailed(f"frame {frame}: Blender made no render result")
+        name = frame_name(frame, scene.render.file_extension)
+        result.save_render(os.path.join(self.out_dir, name), scene=scene)
+        preview = preview_name(frame)
+        self.save_preview(scene, result, os.path.join(self.out_dir, preview))
+        announce(
+            "FRAME",
+            self.nonce,
+            frame=frame,
+            files=[name],
+            preview=preview,
+            render_s=round(render_s, 3),
+            save_s=round(time.monotonic() - started - render_s, 3),
+        )
+
+    def save_preview(self, scene: Any, result: Any, path: str) -> None:
+        """The same render as PNG with the scene's view transform applied once (for the video)."""
+        image = scene.render.image_settings
+        kept = {k: getattr(image, k) for k in ("file_format", "color_mode", "color_depth")}
+        managed = getattr(image, "color_management", None)
+        try:
+            image.file_format = "PNG"
+            image.color_mode = "RGB"
+            depth = str(self.job.get("preview_depth", "8"))
+            image.color_depth = depth if depth in PREVIEW_DEPTHS else "8"
+            if managed is not None:
+                image.color_management = "FOLLOW_SCENE"
+            result.save_render(path, scene=scene)
+        finally:
+            for key, value in kept.items():
+                setattr(image, key, value)
+            if managed is not None:
+                image.color_management = managed
+
+
+def finish(code: int) -> None:
+    """Leave without Blender's own teardown: every frame is written and closed by now, and bpy
+    4.5's static destructors can hang forever at exit (a condition variable destroyed while its
+    sound-device thread still waits on it), which would hold the chunk's lease for good."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:  # Blender's own log lines wait in C stdio buffers, which os._exit does not flush
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv)
+    except ChunkFailed as exc:
+        print(f"FARM-ERROR {exc}", file=sys.stderr, flush=True)
+        finish(EXIT_FAILED)
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        print(f"FARM-ERROR {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        finish(EXIT_FAILED)
+    finish(0)

@@ -1,0 +1,41 @@
+"""The box a chunk's Blender runs in, from the worker's settings (farm.sandbox builds the argv).
+
+`sandbox = "bwrap"` (the default) refuses to render when bwrap is missing: an untrusted scene never
+runs unboxed unless the settings say `off` explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from farm.errors import PermanentError
+from farm.sandbox import Box, gpu_devices, program_dirs
+from farm.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def render_box(
+    settings: Settings, *, workspace: Path, out_dir: Path, scene: Path, tree: bool
+) -> Box | None:
+    """Writable: the chunk's workspace (HOME) and its output folder; readable: the scene (its
+    whole asset tree when `tree`) and the program's own files. None when the box is turned off."""
+    if settings.sandbox == "off":
+        log.warning("rendering without a box (FARM_SANDBOX=off): the scene can reach this host")
+        return None
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise PermanentError(
+            "bwrap is not installed, so this worker will not run a scene: install bubblewrap "
+            "(apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that only renders "
+            "scenes you trust"
+        )
+    program = shutil.which(settings.blender) or settings.blender
+    return Box(
+        writable=(workspace, out_dir),
+        readable=(scene.parent if tree else scene, *program_dirs(program)),
+        devices=gpu_devices(),
+        bwrap=bwrap,
+    )

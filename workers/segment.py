@@ -1,0 +1,109 @@
+"""The segment phase of a render job: one chunk's frames become one video segment, manifest last.
+
+The manifest (frames, sizes, checksums, frame count, segment, encoder) is what makes a chunk done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from farm import keys
+from farm.errors import FramesMissing, PermanentError
+from farm.probe import probe_streams
+from farm.store import sha256_file
+from workers import blender
+from workers.attempt import ChunkAttempt, Outcome, segment_manifest
+from workers.context import WorkerContext
+from workers.ffgraph import EncodeSettings, choose_encoder, fps_fraction, frames_to_segment_argv
+
+log = logging.getLogger(__name__)
+
+
+def gather_frames(
+    ctx: WorkerContext, job_id: str, frames: list[int], seq_dir: Path
+) -> list[dict[str, object]]:
+    """Lay the chunk's frames out as 000000.png… for ffmpeg: the local copy this worker rendered
+    when its checksum matches the ledger's record, else a download from the store."""
+    records = ctx.ledger.frame_records(job_id)
+    rendered = ctx.job_dir(job_id) / "frames"
+    entries = []
+    for n, frame in enumerate(frames):
+        record = records.get(frame)
+        if record is None:
+            raise FramesMissing(f"frame {frame} has no record in the ledger; rendering it again")
+        size, digest = record
+        target = seq_dir / f"{n:06d}.png"
+        local = blender.preview_file(rendered, frame)  # display-referred, for the video
+        if local.exists() and local.stat().st_size == size and sha256_file(local) == digest:
+            os.link(local, target)
+        else:
+            ctx.store.get_file(keys.frame_key(job_id, frame), target)
+            if sha256_file(target) != digest:
+                ctx.ledger.forget_frame(job_id, frame)
+                raise FramesMissing(
+                    f"frame {frame} in the store does not match its checksum; rendering it again"
+                )
+        entries.append(
+            {"frame": frame, "key": keys.frame_key(job_id, frame), "size": size, "sha256": digest}
+        )
+    return entries
+
+
+def segment_chunk(attempt: ChunkAttempt) -> Outcome:
+    """Frames -> verified segment -> upload; the manifest is written last by the attempt."""
+    ctx, job_id, index = attempt.ctx, attempt.job_id, attempt.index
+    started = time.monotonic()
+    spec, frames = attempt.spec, attempt.frames
+    seq_dir = attempt.fresh_workspace() / "seq"
+    seq_dir.mkdir()
+    entries = gather_frames(ctx, job_id, frames, seq_dir)
+    gathered_s = time.monotonic() - started
+    # Frames this worker rendered are hard links; the rest came from the store (bytes moved).
+    fetched_bytes = sum(p.stat().st_size for p in seq_dir.iterdir() if p.stat().st_nlink == 1)
+    settings = EncodeSettings(
+        codec=str(spec.codec),
+        encoder=choose_encoder(str(spec.codec), ctx.caps.nvenc),
+        fps=fps_fraction(spec.fps),
+    )
+    segment = attempt.workspace / f"{index:05d}.mp4"
+    argv = frames_to_segment_argv(
+        ffmpeg_bin=ctx.settings.ffmpeg,
+        pattern=seq_dir / "%06d.png",
+        out=segment,
+        settings=settings,
+        frame_count=len(frames),
+    )
+    attempt.run_child(argv, what=f"ffmpeg ({settings.encoder})")
+    encoded_s = time.monotonic() - started - gathered_s
+    info = probe_streams(ctx.settings.ffprobe, segment)
+    if info.frames != len(frames):
+        raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
+    attempt.check_lease("before the upload")
+    upload_started = time.monotonic()
+    ctx.store.put_file(keys.segment_key(job_id, index), segment, intermediate=True)
+    manifest = segment_manifest(
+        attempt,
+        frames=entries,
+        frame_count=len(frames),
+        segment=segment,
+        info=info.manifest_fields(settings.fps),
+        encoder={"name": settings.encoder, "quality": settings.quality, "preset": settings.preset},
+    )
+    for frame in frames:  # the segment holds them now; the store keeps the frames themselves
+        for path in blender.local_files(ctx.job_dir(job_id) / "frames", frame):
+            path.unlink(missing_ok=True)
+    return Outcome(
+        fields={
+            "encoder": settings.encoder,
+            "encode_s": round(encoded_s, 3),
+            "gather_s": round(gathered_s, 3),
+            "segment_upload_s": round(time.monotonic() - upload_started, 3),
+            "segment_bytes": segment.stat().st_size,  # bytes moved, for farm.census
+            "frames_fetched_bytes": fetched_bytes,
+        },
+        manifest=manifest,
+        summary={"frames": info.frames, "encoder": settings.encoder},
+    )
