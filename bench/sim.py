@@ -6,19 +6,23 @@ frame times, boot times and reclaim times (common random numbers), so policies c
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
 
 from bench.simspec import Fleet, Outcome, Workload
-from farm import chunking, cost
+from farm import chunking, cost, split
 from farm.plan import Chunk, plan_chunks
 from farm.spec import FrameRange
 from workers.tasks import backoff_s
 
 __all__ = ["Fleet", "Outcome", "Workload", "estimate", "simulate"]
+SPLIT_LOOK_S = 1.0
+"""An idle worker looks for a chunk to split this often (workers/splitter.py EVERY_S)."""
 
 
 @dataclass(slots=True)
@@ -39,13 +43,24 @@ class _Instance:
     ended: float = math.inf
     task: _Task | None = None
     prefer_encode: bool = False
+    ready_at: float = math.inf
+    """When its boot ends (whether or not it lives that long)."""
 
 
 class Sim:
     def __init__(
-        self, work: Workload, fleet: Fleet, chunk_size: int, seed: int = 1, remembered: bool = False
+        self,
+        work: Workload,
+        fleet: Fleet,
+        chunk_size: int,
+        seed: int = 1,
+        remembered: bool = False,
+        splits: bool = False,
     ) -> None:
         self.w, self.f, self.seed = work, fleet, seed
+        self.splits, self.split_count = splits, 0
+        self.renders: dict[int, _Task] = {}
+        """Instance -> the render task it is running (what an idle worker may split)."""
         self.auto = chunk_size == chunking.AUTO
         self.frames = FrameRange(first=1, last=work.frames)
         rng = random.Random(f"{seed}:frames")
@@ -93,8 +108,8 @@ class Sim:
     def _launch(self, n: int) -> None:
         idx = len(self.inst)
         rng = random.Random(f"{self.seed}:instance:{n}")
-        self.inst.append(_Instance(launched=self.now))
         boot = self.f.boot_s * rng.uniform(0.75, 1.25)
+        self.inst.append(_Instance(launched=self.now, ready_at=self.now + boot))
         self.startup_s += boot
         self._at(self.now + boot, "ready", idx)
         lam = self.f.interruption_per_h / 3600
@@ -108,6 +123,8 @@ class Sim:
             self.now, _, kind, who, data = heapq.heappop(self.events)
             getattr(self, "_on_" + kind)(who, data)
         end = self.finished if not self.failed else self.now
+        initial = self.inst[: self.f.gpus]
+        fleet_up = sum(i.ready_at for i in initial) / len(initial) if initial else 0.0
         gpu_s = sum(min(i.ended, end) - i.launched for i in self.inst if i.launched < end)
         ideal = self.w.frames * self.w.frame_s / self.f.gpus
         return Outcome(
@@ -122,6 +139,8 @@ class Sim:
             interruptions=self.reclaims,
             failed=self.failed,
             most_lost_leases=max(self.hits.values(), default=0),
+            fleet_up_s=fleet_up,
+            splits=self.split_count,
         )
 
     # ── events ────────────────────────────────────────────────────────────────────────────
@@ -220,7 +239,7 @@ class Sim:
         self.chosen, self.planning = choice.chunk_size, False
 
     def _pool(self, workers: int = 0) -> chunking.Pool:
-        return pool_of(self.f, workers)
+        return pool_of(self.f, workers, splits=self.splits)
 
     # ── scheduling ────────────────────────────────────────────────────────────────────────
     def _wake(self) -> None:
@@ -233,7 +252,8 @@ class Sim:
     def _assign(self, who: int) -> None:
         inst = self.inst[who]
         if not (self.render_q or self.encode_q):
-            self.idle.append(who)
+            if not self._split_for(who):
+                self.idle.append(who)
             return
         queues = [self.encode_q, self.render_q]
         if not inst.prefer_encode:
@@ -268,16 +288,84 @@ class Sim:
 
     def _start(self, who: int, task: _Task, duration_s: float) -> None:
         self.inst[who].task = task
+        self.renders.pop(who, None)
+        if task.kind == "render":
+            self.renders[who] = task
+            if self.splits and self.idle:  # an idle worker may split it at its next look
+                self._at(self.now + SPLIT_LOOK_S, "look", -1)
         self._at(self.now + duration_s, "done", who, task)
 
+    # ── no idle tail (farm.split, workers/splitter.py) ────────────────────────────────────
+    def _on_look(self, _: int, __: object) -> None:
+        while self.idle:
+            who = self.idle.popleft()
+            inst = self.inst[who]
+            if inst.alive and inst.task is None:
+                if not self._split_for(who):
+                    self.idle.appendleft(who)
+                return
 
-def pool_of(fleet: Fleet, workers: int = 0) -> chunking.Pool:
+    def _split_for(self, who: int) -> bool:
+        """An idle worker with nothing queued splits the running render with the most frames
+        left, by the farm's rule, and renders the rest itself. False when none can be split."""
+        if not self.splits or self.planning or self.render_q or self.encode_q:
+            return False
+        lag_s = min(self.f.lease_s / 3, 2.0) + split.SLACK_S
+        best: tuple[int, int, int] | None = None  # (moved, owner, last frame)
+        for owner, task in self.renders.items():
+            inst = self.inst[owner]
+            if not inst.alive or inst.task is not task or not task.saves:
+                continue
+            n_done = bisect.bisect_right(task.saves, self.now, key=lambda s: s[1])
+            ahead = len(task.saves) - n_done - 1
+            if ahead < split.MIN_REST + 1 or (best is not None and ahead // 2 <= best[0]):
+                continue  # cannot beat the best found: at most half of what is ahead moves
+            frames = [f for f, _ in task.saves]
+            first = frames[0]
+            on = frames[n_done] if self.now >= task.saves[0][1] - self.frame_t[first - 1] else None
+            done = [t for _, t in task.saves[:n_done]]
+            measured = [b - a for a, b in itertools.pairwise(done)]
+            frame_s = sum(measured) / len(measured) if measured else 0.0
+            last = split.split_point(
+                frames,
+                on,
+                margin=split.margin_frames(frame_s, lag_s),
+                startup_frames=self.w.startup_s / self.w.frame_s,
+            )
+            if last is not None:
+                moved = sum(1 for f in frames if f > last)
+                if best is None or moved > best[0]:
+                    best = (moved, owner, last)
+        if best is None:
+            return False
+        _, owner, last = best
+        task = self.renders[owner]
+        kept = [(f, t) for f, t in task.saves if f <= last]
+        cut = _Task(kind="render", chunk=task.chunk, started=task.started, saves=kept)
+        if task.crash_at <= kept[-1][1]:
+            cut.crash_at = task.crash_at
+        old = self.chunks[task.chunk]
+        self.chunks[task.chunk] = Chunk(
+            index=old.index, frames=tuple(f for f in old.frames if f <= last)
+        )
+        new = Chunk(index=max(self.chunks) + 1, frames=tuple(f for f in old.frames if f > last))
+        self.chunks[new.index] = new
+        self.split_count += 1
+        self._start(
+            owner, cut, (cut.crash_at if cut.crash_at < math.inf else kept[-1][1]) - self.now
+        )
+        self._start_render(who, new)
+        return True
+
+
+def pool_of(fleet: Fleet, workers: int = 0, splits: bool = False) -> chunking.Pool:
     """The fleet as farm.chunking's sizing rule (and farm.cost's estimate) sees it."""
     return chunking.Pool(
         workers=workers or fleet.gpus,
         interruption_per_h=fleet.interruption_per_h,
         detect_s=fleet.lease_s + fleet.reconcile_s,
         boot_s=fleet.boot_s,
+        splits=splits,
     )
 
 
@@ -292,8 +380,14 @@ def estimate(work: Workload, fleet: Fleet, chunk_size: int) -> cost.Estimate:
 
 
 def simulate(
-    work: Workload, fleet: Fleet, chunk_size: int, seed: int = 1, remembered: bool = False
+    work: Workload,
+    fleet: Fleet,
+    chunk_size: int,
+    seed: int = 1,
+    remembered: bool = False,
+    splits: bool = False,
 ) -> Outcome:
     """One run. chunk_size farm.chunking.AUTO probes first and sizes the rest as the farm does;
-    with `remembered`, an earlier job's measurement sizes the whole job at submit (policy auto*)."""
-    return Sim(work, fleet, chunk_size, seed, remembered).run()
+    with `remembered`, an earlier job's measurement sizes the whole job at submit (policy auto*);
+    with `splits`, idle workers split running chunks as the farm's workers do (farm.split)."""
+    return Sim(work, fleet, chunk_size, seed, remembered, splits).run()

@@ -56,7 +56,17 @@ class Outcome:
     failed: str = ""
     most_lost_leases: int = 0
     """The most times one chunk lost its worker (the job fails at max_lost_leases)."""
+    fleet_up_s: float = 0.0
+    """When the first fleet was up: the mean time its instances became ready (boot is the
+    cloud's; Blender start-up and everything after it is the farm's)."""
+    splits: int = 0
+    """Running chunks split by idle workers (farm.split)."""
 
     @property
     def ratio(self) -> float:
         return self.makespan_s / self.ideal_s
+
+    @property
+    def ratio_up(self) -> float:
+        """Makespan from when the fleet was up, over the ideal (the issue's target)."""
+        return (self.makespan_s - self.fleet_up_s) / self.ideal_s

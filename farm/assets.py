@@ -8,7 +8,6 @@ remap tells Blender on the worker where they are now. Tracing is blender-asset-t
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -224,27 +223,3 @@ def upload(store: Store, traced: Traced) -> Uploaded:
         results = list(pool.map(one, by_hash.items()))
     sent = [r for r in results if r >= 0]
     return Uploaded(files=len(sent), size_bytes=sum(sent), reused=len(results) - len(sent))
-
-
-def remap_script(manifest: Manifest) -> str:
-    """Python to run inside Blender right after the scene loads: point every local datablock whose
-    stored path would not resolve in the tree (absolute, or outside the scene's folder) at its copy
-    in the tree. Libraries are reloaded from their new place; linked data cannot be rewritten."""
-    if not manifest.remap:
-        return ""
-    table = json.dumps(manifest.remap, sort_keys=True)
-    return "\n".join(
-        [
-            "import json, bpy",
-            f"REMAP = json.loads({table!r})",
-            "for lib in list(bpy.data.libraries):",
-            "    if lib.filepath in REMAP:",
-            "        lib.filepath = REMAP[lib.filepath]",
-            "        lib.reload()",
-            "for coll in ('images', 'movieclips', 'sounds', 'fonts', 'cache_files', 'volumes'):",
-            "    for item in getattr(bpy.data, coll, ()):",
-            "        if item.library is None and getattr(item, 'filepath', '') in REMAP:",
-            "            item.filepath = REMAP[item.filepath]",
-            "",
-        ]
-    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from farm.plan import Chunk, plan_chunks
@@ -46,6 +46,24 @@ class Pool:
     """Reclaim to requeue: lease expiry plus a reconcile pass."""
     boot_s: float = 120.0
     """A replacement instance's start-up, lost capacity for every reclaim."""
+    frame_factors: tuple[float, ...] = ()
+    """Each worker's frame time relative to a typical worker's, as measured (worker_factors);
+    empty: equal workers. 1.3 is a worker 30% slower, 0.8 one 20% faster."""
+
+    splits: bool = False
+    """Idle workers split running chunks (farm.split): the tail is a few frames, not a chunk."""
+
+    @property
+    def capacity(self) -> float:
+        """Workers counted in typical-worker units (a worker twice as slow counts half)."""
+        if not self.frame_factors:
+            return float(max(self.workers, 1))
+        return sum(1.0 / f for f in self.frame_factors)
+
+    @property
+    def slowest(self) -> float:
+        """The slowest worker's frame-time factor (1.0 for equal workers)."""
+        return max(self.frame_factors, default=1.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,10 +116,20 @@ def expected_makespan_s(
     c = m.startup_s + n * m.frame_s
     chunks = math.ceil(frames / n)
     rho = min(lam * (pool.boot_s + m.startup_s + m.frame_s / 2), 0.9)
-    bulk = max(math.ceil(chunks / pool.workers) * c, chunks * c / (pool.workers * (1 - rho)))
+    slow = pool.slowest
+    # Unequal workers (measured): capacity in typical-worker units; one wave waits for the
+    # slowest, and later waves end with it half a chunk behind (a fast worker takes more chunks).
+    one_wave = chunks <= pool.workers
+    waves = math.ceil(chunks / pool.workers) * c * (slow if one_wave and not pool.splits else 1.0)
+    bulk = max(waves, chunks * c / (pool.capacity * (1 - rho)))
     lanes = min(chunks, pool.workers)
     share = m.frame_s * frame_cv * math.sqrt(frames / lanes) * math.sqrt(2 * math.log(lanes))
-    spread = min(share, c) if lanes > 1 else 0.0
+    behind = c * (slow - 1.0) / 2 if not one_wave else 0.0
+    spread = min(share + behind, c * slow) if lanes > 1 else 0.0
+    if pool.splits and lanes > 1:
+        # Workers that run out split the longest chunks left: the tail is the new chunk's
+        # start-up and the last frames too few to split (farm.split: 2 kept, 2 moved at least).
+        spread = min(spread, m.startup_s + 4 * m.frame_s * slow)
     mu = pool.workers * lam * c
     wait = pool.boot_s if chunks <= pool.workers else c * mu / (1 + mu)
     return bulk + spread + (1 - math.exp(-mu)) * (pool.detect_s + m.startup_s + wait)
@@ -142,12 +170,34 @@ def choose_chunk_size(
     reason = (
         f"S={m.startup_s:.2f} s start-up, F={m.frame_s:.3f} s/frame"
         + (f" ({m.source})" if m.source else "")
-        + f"; {workers} workers, {pool.interruption_per_h:.0%}/h reclaims; "
+        + f"; {workers} workers"
+        + (
+            f" (frame times x{min(pool.frame_factors):.2f} to x{pool.slowest:.2f} of a typical one)"
+            if pool.frame_factors
+            else ""
+        )
+        + f", {pool.interruption_per_h:.0%}/h reclaims; "
         + f"range {lo}..{hi}"
         + (f" ({'; '.join(limits)})" if limits else f" (9·S/F={floor})")
         + f"; least expected makespan {best_t:.0f} s; efficiency {eff:.0%}"
     )
     return Choice(chunk_size=best, reason=reason, expected_makespan_s=best_t, efficiency=eff)
+
+
+def worker_factors(jobs: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Each worker's frame time relative to its peers', from jobs it rendered beside them: each
+    mapping is one job's worker -> its mean frame time there. Within a job a worker's time is
+    divided by the job's median (scenes differ; workers on one scene compare); a worker's factor
+    is the median of its ratios. Jobs rendered by one worker say nothing and are skipped."""
+    ratios: dict[str, list[float]] = {}
+    for job in jobs:
+        times = {w: t for w, t in job.items() if t > 0}
+        if len(times) < 2:
+            continue
+        typical = statistics.median(times.values())
+        for worker, t in times.items():
+            ratios.setdefault(worker, []).append(t / typical)
+    return {w: statistics.median(r) for w, r in ratios.items()}
 
 
 def probe_wave(frames: FrameRange, workers: int) -> tuple[Chunk, ...]:

@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,12 @@ def down(ctx: click.Context, data: Path | None) -> None:
     is_flag=True,
     help="Submit even if files the scene uses are missing here (recorded on the job).",
 )
+@click.option(
+    "--trusted-scripts",
+    is_flag=True,
+    help="Run the Python stored in the .blend (drivers, startup scripts). Off by default: only "
+    "for scenes from people you trust; recorded on the job.",
+)
 @click.option("--codec", default="h264", show_default=True, help="h264, hevc or av1.")
 @click.option(
     "--kind",
@@ -191,6 +198,7 @@ def submit(
     engine: str | None,
     camera: str | None,
     allow_missing: bool,
+    trusted_scripts: bool,
     codec: str,
     kind: str | None,
     quality: int | None,
@@ -240,6 +248,7 @@ def submit(
             codec=codec,
             allow_missing=allow_missing,
         )
+        spec = replace(spec, trusted_scripts=trusted_scripts)
     settings = _settings(ctx).require_farm()
     if estimate:
         _print_estimate(settings, spec, path, traced, as_json)
@@ -439,13 +448,16 @@ def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> Non
             "(`--frames` fetches the frames done so far of a failed, cancelled or paused job)"
         )
     store = Store.from_settings(settings)
-    target = dest / f"{job_id}.mp4" if dest.is_dir() or str(dest).endswith("/") else dest
+    ext = Path(job.get("output") or "x.mp4").suffix
+    target = dest / f"{job_id}{ext}" if dest.is_dir() or str(dest).endswith("/") else dest
     if not partial:
         store.get_file(job["output"], target)
         click.echo(str(target))
     if with_frames:
         frames_dir = (dest if dest.is_dir() else dest.parent) / f"{job_id}-frames"
-        for key in store.keys(keys.job_prefix(job_id) + "frames/"):
+        # The frames in the scene's own format (EXR, PNG); jobs from before 0.2 kept only PNGs.
+        found = store.keys(keys.job_prefix(job_id) + "masters/")
+        for key in found or store.keys(keys.job_prefix(job_id) + "frames/"):
             store.get_file(key, frames_dir / Path(key).name)
         click.echo(str(frames_dir))
 

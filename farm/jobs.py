@@ -8,10 +8,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from farm import assets, cost, keys, limits
+from farm import assets, cost, keys, limits, speeds, versions
 from farm.chunking import Measurement, Pool, initial_plan
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
-from farm.errors import FarmError
+from farm.errors import FarmError, SpecError
 from farm.ledger import Ledger
 from farm.pipeline import first_phase, kind_of, waiting_for
 from farm.settings import Settings
@@ -54,6 +54,8 @@ def submit(
     limits.check_chunks(spec.frames.count, spec.chunk_size, settings.max_chunks)
     ledger = Ledger.from_url(settings.redis_url)
     ledger.ping()
+    if spec.scene is not None:
+        _check_blender(ledger, spec.scene.blender_version)
     store = Store.from_settings(settings)
     store.check()
     suffix = source.suffix.lower() or ".bin"
@@ -67,11 +69,13 @@ def submit(
         manifest_key = keys.assets_manifest_key(job_id)
         store.put_json(manifest_key, traced.manifest.to_json())
         spec = replace(spec, assets_key=manifest_key, missing_assets=traced.manifest.missing)
-    render_workers = sum(1 for w in ledger.workers().values() if "render" in w.get("queues", []))
+    render_workers = [n for n, w in ledger.workers().items() if "render" in w.get("queues", [])]
     pool = Pool(
-        workers=max(render_workers, 1),
+        workers=max(len(render_workers), 1),
         interruption_per_h=settings.spot_interruption_per_h,
         detect_s=settings.recovery_bound_s,
+        frame_factors=speeds.factors_for(ledger, render_workers),
+        splits=True,  # idle workers split running chunks (farm.split)
     )
     measured = ledger.measurement(
         keys.r_measurement(source_key, str(spec.resolution), spec.samples)
@@ -106,6 +110,18 @@ def submit(
         assets_reused=sent.reused,
         assets_bytes_uploaded=sent.size_bytes,
     )
+
+
+def _check_blender(ledger: Ledger, saved: str) -> None:
+    """Refuse (exit 2) a scene no live render worker's Blender can open, saying which it needs."""
+    workers = [
+        tuple(info["blender_file_version"])
+        for info in ledger.workers().values()
+        if "render" in info.get("queues", []) and info.get("blender_file_version")
+    ]
+    reason = versions.refusal(versions.parse_version(saved), workers)
+    if reason:
+        raise SpecError(f"{reason}; add workers with that Blender, or save the scene with it")
 
 
 def reopen(

@@ -43,6 +43,11 @@ def thumb_key(job_id: str, frame: int) -> str:
     return f"jobs/{job_id}/thumbs/{frame:06d}.jpg"
 
 
+def master_key(job_id: str, name: str) -> str:
+    """A rendered frame in the scene's own output format (`frame_000012.exr`), kept as rendered."""
+    return f"jobs/{job_id}/masters/{name}"
+
+
 def segment_key(job_id: str, chunk: int, ext: str = "mp4") -> str:
     return f"jobs/{job_id}/segments/{chunk:05d}.{ext}"
 

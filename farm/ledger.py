@@ -23,7 +23,7 @@ from farm import cost, keys, notices
 from farm import queues as queues_
 from farm.chunking import Measurement
 from farm.errors import FarmError, LedgerError, UnreachableError
-from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, START_STITCH
+from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, SPLIT, START_STITCH
 from farm.pipeline import (
     PHASES,
     STITCH,
@@ -76,6 +76,7 @@ class Ledger:
         self._stitch = client.register_script(START_STITCH)
         self._job_move = client.register_script(JOB_MOVE)
         self._plan_rest = client.register_script(PLAN_REST)
+        self._split = client.register_script(SPLIT)
         self.meter: dict[str, str] = {}
         """Fields every claim through this ledger records (a worker's instance type, lifecycle
         and price per second: cost.Instance.claim_fields), so each attempt is priced."""
@@ -224,6 +225,37 @@ class Ledger:
         if won:
             self.event(job_id, "planned", chunk_size=chunk_size, chunks=len(chunks), reason=reason)
         return won
+
+    def split_chunk(
+        self,
+        job_id: str,
+        index: int,
+        *,
+        token: str,
+        last_frame: int,
+        chunks_total: int,
+        min_rest: int = 2,
+    ) -> int | None:
+        """No idle tail: the rendering chunk keeps its frames up to `last_frame` and a new queued
+        chunk, numbered `chunks_total`, takes the rest (at least `min_rest` frames), atomically and
+        once. Returns the new chunk's index for the caller that split, else None. Its owner hears
+        of it at its next lease renewal ('split:N') and stops after frame N."""
+        with _wrapped(f"split chunk {index} of {job_id}"):
+            result = self._split(
+                keys=[
+                    keys.r_chunk(job_id, index),
+                    keys.r_job(job_id),
+                    keys.r_chunk(job_id, chunks_total),
+                ],
+                args=[token, last_frame, chunks_total, time.time(), min_rest],
+            )
+        if int(result[0]) != 1:
+            log.debug("chunk %s/%d not split: %s", job_id, index, result[1])
+            return None
+        new, kept, moved = int(result[1]), int(result[2]), int(result[3])
+        self.event(job_id, "split", chunk=index, new_chunk=new, last_frame=last_frame,
+                   kept=kept, moved=moved)  # fmt: skip
+        return new
 
     def try_start_stitch(self, job_id: str) -> bool:
         """The completion gate: true for exactly one caller once every chunk is done."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from farm import proc
+from farm import proc, weedsec
 from farm.errors import ConfigError, FarmError, UnreachableError
 from farm.ledger import Ledger
 from farm.private import private_dir, write_private
@@ -102,6 +102,8 @@ def _secrets(data: Path) -> dict[str, str]:
         loaded: dict[str, str] = json.loads(path.read_text())
         # Farms made before webhooks existed get their secret on the next start.
         loaded.setdefault("webhook_secret", secrets.token_urlsafe(24))
+        for name in weedsec.JWT_SECRETS:
+            loaded.setdefault(name, secrets.token_urlsafe(32))
         write_private(path, json.dumps(loaded, indent=2))
         return loaded
     values = {
@@ -111,6 +113,7 @@ def _secrets(data: Path) -> dict[str, str]:
         "flower_user": "farm",
         "flower_password": secrets.token_urlsafe(12),
         "webhook_secret": secrets.token_urlsafe(24),
+        **{name: secrets.token_urlsafe(32) for name in weedsec.JWT_SECRETS},
     }
     write_private(path, json.dumps(values, indent=2))
     return values
@@ -213,7 +216,14 @@ def _start_weed(farm: Farm, keys: dict[str, str]) -> None:
         "-master.telemetry=false",
     ]
     argv += [f"-{name}={farm.ports['weed.' + name]}" for name in _WEED_PORTS]
-    farm.pids["s3"] = proc.spawn_daemon(argv, log_path=farm.data / "logs/s3.log")
+    # weed reads $HOME/.seaweedfs/security.toml: every port but S3 wants the farm's certificate.
+    tls_dir = s3_dir / "tls"
+    weedsec.ensure_certs(tls_dir)
+    write_private(
+        private_dir(s3_dir / ".seaweedfs") / "security.toml", weedsec.security_toml(tls_dir, keys)
+    )
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(s3_dir)}
+    farm.pids["s3"] = proc.spawn_daemon(argv, log_path=farm.data / "logs/s3.log", env=env)
 
 
 def _farm_cmd(*args: str) -> list[str]:
@@ -225,6 +235,12 @@ def up(
 ) -> tuple[Settings, bool]:
     """Start the farm, or report that it is up already. Returns (settings, started)."""
     data = data.resolve()
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in str(data)):
+        # ffmpeg's concat lists and Celery's logs are line-based: such a path would break them.
+        raise ConfigError(
+            f"--data {str(data)!r}: the path has a newline or control character; choose "
+            "another (spaces, quotes and other characters are fine)"
+        )
     private_dir(data)
     farm = Farm.load(data)
     if farm.running():

@@ -1,7 +1,9 @@
 """The one place that runs external programs (Blender, ffmpeg, ffprobe, the farm's servers).
 
 Each child runs in its own session so the whole process group can be stopped: SIGTERM first (the
-notify), then SIGKILL after a grace period (the terminate), as openjd-sessions does.
+notify), then SIGKILL after a grace period (the terminate), as openjd-sessions does. Children get
+a minimal environment (PATH, locale, GPU selection, HOME) unless the caller passes one: never the
+worker's FARM_*/AWS_* secrets.
 """
 
 from __future__ import annotations

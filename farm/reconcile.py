@@ -14,7 +14,7 @@ from farm.dispatch import Dispatcher
 from farm.errors import FarmError
 from farm.ledger import Ledger
 from farm.pipeline import STITCH, Queue, kind_of, running_in, waiting_for
-from farm.queues import queued_work
+from farm.queues import Work, queued_work
 from farm.state import JobState
 
 log = logging.getLogger(__name__)
@@ -99,14 +99,21 @@ class Reconciler:
         delivered and unacknowledged) gets one, however busy the queue (a duplicate would be
         harmless: only one claim can win)."""
         now = now or time.time()
-        held = queued_work(self.ledger.broker_messages(str(q) for q in Queue))
+        held: set[Work] | None = None
+
+        def in_broker(work: Work) -> bool:
+            nonlocal held
+            if held is None:  # read the queues only once something looks lost
+                held = queued_work(self.ledger.broker_messages(str(q) for q in Queue))
+            return work in held
+
         for job_id in self.ledger.job_ids(limit=1000):
             job = self.ledger.job(job_id)
             state = job.get("state")
             if state == JobState.STITCHING:
                 started = float(job.get("stitch_started") or now)
-                lost = (STITCH.task, job_id, -1) not in held
-                if lost and now - started > self.stitch_orphan_after_s:
+                overdue = now - started > self.stitch_orphan_after_s
+                if overdue and not in_broker((STITCH.task, job_id, -1)):
                     self.dispatch.stitch(job_id)
                     result.resent.append((job_id, -1))
                 continue
@@ -119,7 +126,7 @@ class Reconciler:
                     continue
                 phase = waiting_for(kind, chunk.get("state", ""))
                 index = int(chunk["index"])
-                if phase is None or (phase.task, job_id, index) in held:
+                if phase is None or in_broker((phase.task, job_id, index)):
                     continue
                 self.dispatch.send(phase.phase, job_id, index)
                 result.resent.append((job_id, index))

@@ -179,8 +179,7 @@ def cost_line(summary: dict[str, Any]) -> str:
     c = summary["cost"]
     line = (
         f"cost    {money(c['spent'])} spent, {money(c['wasted'])} wasted "
-        f"({c['wasted_attempts']} of {c['attempts']} attempts), "
-        f"{money(c['startup'])} Blender start-up\n"
+        f"({c['wasted_attempts']}/{c['attempts']} attempts), {money(c['startup'])} start-up\n"
         f"to go   {money(c['expected_to_finish'])} and {_clock(eta_s(summary))} expected, "
         f"{money(c['expected_total'])} in all"
     )

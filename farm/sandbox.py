@@ -102,3 +102,12 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
         out += [flag, path, path]
     out += ["--chdir", home, "--", *argv]
     return out
+
+
+def unwrapped_returncode(returncode: int) -> int:
+    """bwrap exits 128+N when the program inside died of signal N: give it back as -N, as the
+    program run unboxed would have (a crash reads SIGSEGV, the OOM killer SIGKILL). bwrap's own
+    death by a signal (a stop) is already negative."""
+    if 128 < returncode < 128 + 65:
+        return -(returncode - 128)
+    return returncode

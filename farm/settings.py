@@ -97,7 +97,9 @@ class Settings(BaseSettings):
     asset_cache_mb: int = Field(20 * 1024, ge=0)
     """Cap on each host's cache of scene files (textures, libraries) kept by hash; least recently
     used files go first (workers.assets)."""
-    blender: str = "blender"
+    blender: str = "bpy"
+    """`bpy`: Blender 4.5 LTS as the PyPI wheel, run as a child Python (the local farm); else the
+    path of a Blender binary of the same release (the worker image's official tarball)."""
     ffmpeg: str = "ffmpeg"
     ffprobe: str = "ffprobe"
     sandbox: Literal["bwrap", "off"] = "bwrap"

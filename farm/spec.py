@@ -39,6 +39,25 @@ class Codec(StrEnum):
     """H.265 / HEVC: half the bits of H.264 at 4K."""
     AV1 = "av1"
     """AV1: fewer bits again; libsvtav1 in software, av1_nvenc on Ada and newer GPUs."""
+    HEVC10 = "hevc10"
+    """H.265 Main10: 10-bit 4:2:0 for HDR and grading; hevc_nvenc (p010) or libx265."""
+    PRORES = "prores"
+    """Apple ProRes 422 HQ in a .mov: 10-bit 4:2:2, intra-only, the editorial master; prores_ks
+    in software (NVENC has no ProRes)."""
+
+    @property
+    def container(self) -> str:
+        """The segments' and the deliverable's file extension."""
+        return "mov" if self is Codec.PRORES else "mp4"
+
+    @property
+    def stream_name(self) -> str:
+        """What ffprobe calls the video stream this codec makes."""
+        return {Codec.HEVC10: "hevc"}.get(self, str(self))
+
+    @property
+    def ten_bit(self) -> bool:
+        return self in (Codec.HEVC10, Codec.PRORES)
 
 
 class EncoderChoice(StrEnum):
@@ -113,6 +132,9 @@ class JobSpec:
     """The job's asset manifest in the store (farm.assets); None: the scene travels alone."""
     missing_assets: tuple[str, ...] = ()
     """Files the scene uses that were missing at submit (`--allow-missing`)."""
+    trusted_scripts: bool = False
+    """`--trusted-scripts`: Python stored in the .blend runs (autoexec on). Off by default: a
+    .blend is untrusted input."""
 
     @property
     def rate(self) -> Fraction:
@@ -152,6 +174,7 @@ class JobSpec:
             overrides=tuple(data.get("overrides", ())),
             assets_key=data.get("assets_key"),
             missing_assets=tuple(data.get("missing_assets", ())),
+            trusted_scripts=bool(data.get("trusted_scripts", False)),
         )
 
 
@@ -354,4 +377,8 @@ def provenance(spec: JobSpec) -> dict[str, dict[str, Any]]:
             ("blender_version", scene.blender_version),
         ):
             shown[name] = {"value": value, "from": "scene"}
+    shown["scripts"] = {
+        "value": "run (trusted)" if spec.trusted_scripts else "not run",
+        "from": "flag" if spec.trusted_scripts else "default",
+    }
     return shown

@@ -24,7 +24,8 @@ PRESETS = (
     "veryslow",
     "placebo",
 )
-MAX_QUALITY = {Codec.H264: 51, Codec.HEVC: 51, Codec.AV1: 63}
+MAX_QUALITY = {Codec.H264: 51, Codec.HEVC: 51, Codec.AV1: 63, Codec.HEVC10: 51, Codec.PRORES: 0}
+"""ProRes takes no quality: its profile (422 HQ) sets the bit budget."""
 
 
 def _choice(kind: type[Codec] | type[EncoderChoice], option: str, value: str) -> str:
@@ -49,11 +50,15 @@ def build_transcode_spec(
     """Validate CLI values for an encode job; the master's frames are numbered 0..N-1."""
     parsed_codec = Codec(_choice(Codec, "--codec", codec))
     parsed_encoder = EncoderChoice(_choice(EncoderChoice, "--encoder", encoder))
+    if quality is not None and parsed_codec is Codec.PRORES:
+        raise SpecError("--quality: ProRes 422 HQ has no quality setting; leave --quality out")
     if quality is not None and not 0 <= quality <= MAX_QUALITY[parsed_codec]:
         raise SpecError(
             f"--quality {quality}: choose between 0 (best) and {MAX_QUALITY[parsed_codec]} "
             f"for {parsed_codec}"
         )
+    if parsed_codec is Codec.PRORES and parsed_encoder is EncoderChoice.NVENC:
+        raise SpecError("--encoder nvenc: NVENC has no ProRes; use --encoder auto or software")
     if preset not in PRESETS:
         raise SpecError(f"--preset {preset!r}: choose one of {', '.join(PRESETS)}")
     info = probed.info

@@ -23,11 +23,12 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from farm import cost
 from farm.dispatch import Dispatcher, make_app
-from farm.errors import FarmError
+from farm.errors import ConfigError, FarmError
 from farm.ledger import Ledger
 from farm.settings import Settings, load_settings
 from farm.store import Store
-from workers import gpu
+from workers import gpu, splitter
+from workers.box import check_host
 from workers.context import WorkerContext, default_worker_name
 from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
 from workers.tasks import register
@@ -108,6 +109,10 @@ def main(argv: list[str] | None = None) -> None:
     settings = load_settings()
     caps = gpu.probe(blender=settings.blender, ffmpeg=settings.ffmpeg)
     queues = caps.queues() if args.queues == "auto" else [q.strip() for q in args.queues.split(",")]
+    try:
+        check_host(settings, queues)
+    except ConfigError as exc:
+        raise SystemExit(f"farm worker: {exc}") from None
     app = make_app(settings)
     ctx = build_context(settings, app, args.name, args.threads, caps, queues)
     ctx.ledger.meter = meter_fields(settings)
@@ -141,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
             watcher.start()
 
     _start_heartbeat(ctx, queues)
+    splitter.start(ctx)  # no idle tail: split a running chunk when there is nothing to take
     log.info("worker %s serving %s (Cycles: %s, NVENC: %s)", args.name, ",".join(queues),
              caps.cycles_device, caps.nvenc)  # fmt: skip
     app.worker_main(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from farm import keys
-from farm.assets import Manifest, remap_script, safe_relative
+from farm.assets import Manifest, safe_relative
 from farm.errors import PermanentError
 from farm.spec import JobSpec
 from farm.store import Store
@@ -143,10 +143,11 @@ def build_tree(ctx: WorkerContext, job: dict[str, str]) -> Path:
     return scene_dest
 
 
-def tree_remap_script(ctx: WorkerContext, job_id: str) -> str:
-    """The Python Blender runs after loading the scene so absolute paths resolve in the tree
-    (farm.assets.remap_script); empty when the job has none or no tree was built."""
+def tree_remap(ctx: WorkerContext, job_id: str) -> dict[str, str]:
+    """Stored paths that would not resolve in the job's tree (absolute, or outside the scene's
+    folder), to their copies in it; empty when the job has none or no tree was built. The render
+    script applies the table right after the scene loads (workers/blender_render.py)."""
     path = ctx.job_dir(job_id) / _MANIFEST
     if not path.exists():
-        return ""
-    return remap_script(Manifest.from_json(json.loads(path.read_text())))
+        return {}
+    return dict(Manifest.from_json(json.loads(path.read_text())).remap)

@@ -32,6 +32,7 @@ from workers.lease import LeaseKeeper
 log = logging.getLogger(__name__)
 _local = threading.local()
 _STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
+_SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
 def hold(token: str) -> None:
@@ -145,19 +146,20 @@ class ChunkAttempt:
         self.check_lease(f"while {what} ran")
         if self.keeper.stopped_for:
             raise ChunkInterrupted(f"chunk {self.index}: {self.keeper.stopped_for}")
-        stopped = result.returncode in _STOP_SIGNALS
+        code = result.returncode
+        if box is not None and code > 128 and code - 128 in _SIGNALS:
+            code = 128 - code  # bwrap reports its child's death by a signal as 128 + the signal
+        stopped = code in _STOP_SIGNALS
         if not result.ok and stopped and (self.ctx.drain.active.is_set() or result.stopped):
             # Stopped because the worker is going away, not a crash of the scene or the encode.
-            raise ChunkInterrupted(
-                f"chunk {self.index}: {what} was stopped (signal {-result.returncode})"
-            )
+            raise ChunkInterrupted(f"chunk {self.index}: {what} was stopped (signal {-code})")
         if not result.ok:
             # A SIGKILL nobody here sent is the kernel's OOM killer: a failure of the work, with
             # a budget, never an interruption that could loop forever.
             how = (
-                f"crashed ({signal.Signals(-result.returncode).name})"
-                if result.returncode < 0
-                else f"exited with code {result.returncode}"
+                f"crashed ({signal.Signals(-code).name})"
+                if code < 0
+                else f"exited with code {code}"
             )
             tail = "\n".join(result.tail[-25:])
             if redact:
@@ -248,7 +250,7 @@ def segment_manifest(
         "frame_count": frame_count,
         **extra,
         "segment": {
-            "key": keys.segment_key(attempt.job_id, attempt.index),
+            "key": keys.segment_key(attempt.job_id, attempt.index, segment.suffix.lstrip(".")),
             "size": segment.stat().st_size,
             "sha256": sha256_file(segment),
             **info,

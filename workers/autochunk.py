@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from farm import chunking, keys
+from farm import chunking, keys, speeds
 from farm.pipeline import Phase
 from farm.spec import JobSpec
 from workers.context import WorkerContext
@@ -38,11 +38,13 @@ def plan_rest(
         ctx.ledger.save_measurement(key, m)
     else:
         m = FALLBACK
-    live = [w for w in ctx.ledger.workers().values() if "render" in w.get("queues", [])]
+    live = [n for n, w in ctx.ledger.workers().items() if "render" in w.get("queues", [])]
     pool = chunking.Pool(
         workers=max(len(live), 1),
         interruption_per_h=ctx.settings.spot_interruption_per_h,
         detect_s=ctx.settings.recovery_bound_s,
+        frame_factors=speeds.factors_for(ctx.ledger, live),
+        splits=True,  # idle workers split running chunks (workers/splitter.py)
     )
     probed = chunking.probe_wave(spec.frames, int(job["chunks_total"]))
     left = spec.frames.count - sum(len(c.frames) for c in probed)

@@ -109,9 +109,12 @@ def job_file(
     frames: Sequence[int],
     settings: RenderSettings,
     nonce: str,
+    remap: Mapping[str, str] | None = None,
+    permit: Path | None = None,
 ) -> dict[str, object]:
-    """The JSON the render script reads: what to open, which frames, where they go, what to change."""
-    return {
+    """The JSON the render script reads: what to open, which frames, where they go, what to change.
+    `remap`: stored paths that would not resolve on this worker, to their copies in the tree."""
+    job: dict[str, object] = {
         "scene": str(scene),
         "out_dir": str(out_dir),
         "frames": list(frames),
@@ -123,7 +126,13 @@ def job_file(
         "threads": settings.threads,
         "preview_depth": settings.preview_depth,
         "allow_missing": list(settings.allow_missing),
+        "remap": dict(remap or {}),
     }
+    if permit is not None:
+        # No idle tail: once the chunk is split the worker writes {"last": N} here, and the
+        # script renders no frame after N (it reads the file before each frame).
+        job["permit"] = str(permit)
+    return job
 
 
 def script_argv(

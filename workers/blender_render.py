@@ -139,6 +139,7 @@ class Renderer:
     def run(self) -> None:
         started = time.monotonic()
         scene = self.open_scene()
+        self.remap_paths()
         self.check_files()
         self.apply_overrides(scene)
         self.select_device(scene)
@@ -161,7 +162,23 @@ class Renderer:
             load_s=round(time.monotonic() - started, 3),
         )
         for frame in self.job["frames"]:
+            last = self.permitted_last()
+            if last is not None and int(frame) > last:
+                # The chunk was split: the frames after `last` are another chunk's now.
+                announce("STOPPED", self.nonce, frame=int(frame), last=last)
+                return
             self.render_frame(scene, int(frame))
+
+    def permitted_last(self) -> int | None:
+        """The last frame the worker still permits (its permit file, written whole by a rename),
+        or None when it permits every frame of the chunk."""
+        path = self.job.get("permit") or ""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                last = json.load(fh).get("last")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return int(last) if isinstance(last, int) else None
 
     def open_scene(self) -> Any:
         bpy = self.bpy
@@ -178,6 +195,23 @@ class Renderer:
         if scene is None:
             raise ChunkFailed("the .blend file has no scene")
         return scene
+
+    def remap_paths(self) -> None:
+        """Point datablocks whose stored path is absolute (or outside the scene's folder) at their
+        copy in the job's tree (the table comes from the asset manifest made at submit).
+        Libraries are reloaded from their new place; linked data cannot be rewritten."""
+        remap: dict[str, str] = self.job.get("remap") or {}
+        if not remap:
+            return
+        data = self.bpy.data
+        for lib in list(data.libraries):
+            if lib.filepath in remap:
+                lib.filepath = remap[lib.filepath]
+                lib.reload()
+        for kind in ("images", "movieclips", "sounds", "fonts", "cache_files", "volumes"):
+            for item in getattr(data, kind, ()):
+                if item.library is None and getattr(item, "filepath", "") in remap:
+                    item.filepath = remap[item.filepath]
 
     def check_files(self) -> None:
         """A file the scene uses but Blender cannot find renders magenta or empty: refuse it."""

@@ -10,7 +10,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from farm.errors import PermanentError
+from farm.errors import ConfigError, PermanentError
 from farm.sandbox import Box, gpu_devices, program_dirs
 from farm.settings import Settings
 
@@ -39,3 +39,14 @@ def render_box(
         devices=gpu_devices(),
         bwrap=bwrap,
     )
+
+
+def check_host(settings: Settings, queues: list[str]) -> None:
+    """A worker that would render without a box refuses to start (ConfigError), rather than
+    failing each chunk it takes."""
+    if "render" in queues and settings.sandbox == "bwrap" and shutil.which("bwrap") is None:
+        raise ConfigError(
+            "bwrap is not installed, so this worker will not render untrusted scenes: install "
+            "bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that "
+            "only renders scenes you trust"
+        )

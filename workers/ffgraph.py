@@ -12,8 +12,12 @@ from pathlib import Path
 
 import ffmpeg
 
-SOFTWARE = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1"}
-NVENC = {"h264": "h264_nvenc", "hevc": "hevc_nvenc", "av1": "av1_nvenc"}
+SOFTWARE = {
+    "h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "hevc10": "libx265",
+    "prores": "prores_ks",
+}  # fmt: skip
+NVENC = {"h264": "h264_nvenc", "hevc": "hevc_nvenc", "av1": "av1_nvenc", "hevc10": "hevc_nvenc"}
+"""No ProRes: a ProRes job encodes in software on every host."""
 _PRESET_ORDER = (
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow",
     "placebo",
@@ -61,24 +65,31 @@ GLOBAL_ARGS = ("-hide_banner", "-nostdin", "-loglevel", "error", "-y")
 
 
 def choose_encoder(codec: str, nvenc: bool) -> str:
-    return NVENC[codec] if nvenc else SOFTWARE[codec]
+    return NVENC[codec] if nvenc and codec in NVENC else SOFTWARE[codec]
 
 
 def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, object]:
     """Output options: one closed GOP per segment at most, no scene-cut keyframes breaking it."""
     gop = max(frame_count, 1)
+    ten_bit = settings.codec in ("hevc10", "prores")
     opts: dict[str, object] = {
         "vcodec": settings.encoder,
-        "pix_fmt": "yuv420p",
+        "pix_fmt": "yuv420p10le" if ten_bit else "yuv420p",
         "r": str(settings.fps),
         "g": gop,
         # A timescale that is a whole multiple of the rate keeps every frame's duration exact.
         "video_track_timescale": settings.fps.numerator
         * (1000 if settings.fps.denominator == 1 else 1),
     }
-    if settings.encoder == "libx264":
+    if settings.encoder == "prores_ks":
+        # Profile 3 is 422 HQ; every frame is a keyframe, so any cut joins by stream copy.
+        opts.update(**{"profile:v": 3}, pix_fmt="yuv422p10le", vendor="apl0")
+        opts.pop("g")
+    elif settings.encoder == "libx264":
         opts.update(crf=settings.quality, preset=settings.preset, x264opts="no-scenecut:open-gop=0")
     elif settings.encoder == "libx265":
+        if ten_bit:
+            opts["profile:v"] = "main10"
         opts.update(
             crf=settings.quality,
             preset=settings.preset,
@@ -102,8 +113,10 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
             **{"b:v": 0},
             **{"forced-idr": 1},
         )
-        if settings.codec == "hevc":
+        if settings.codec in ("hevc", "hevc10"):
             opts["tag:v"] = "hvc1"
+        if ten_bit:  # NVENC takes 10-bit frames as P010 and writes Main10
+            opts.update(pix_fmt="p010le", **{"profile:v": "main10"})
     return opts
 
 

@@ -51,6 +51,10 @@ class LeaseKeeper:
         self.lost: str = ""
         """'' while held; 'lost' or 'cancelled' once the work must stop."""
         self.stopped_for: str = ""
+        self.split_last: int | None = None
+        """Set once the chunk was split (farm.ledger.split_chunk): render no frame after it."""
+        self.on_split: Callable[[int], None] | None = None
+        """Told the last frame at every renewal after a split (the render phase's permit)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._loop, name=f"lease-{job_id}-{chunk}", daemon=True
@@ -64,6 +68,9 @@ class LeaseKeeper:
                 "lease renewal for %s/%d failed, will retry: %s", self.job_id, self.chunk, exc
             )
             return True
+        if answer.startswith("split:"):
+            self._split(int(float(answer.removeprefix("split:"))))
+            return True
         if answer != "ok":
             log.warning(
                 "chunk %s/%d: lease %s; stopping this attempt", self.job_id, self.chunk, answer
@@ -72,6 +79,20 @@ class LeaseKeeper:
             self.running.stop()
             return False
         return True
+
+    def _split(self, last: int) -> None:
+        if self.split_last is None:
+            log.info(
+                "chunk %s/%d was split: stopping after frame %d", self.job_id, self.chunk, last
+            )
+        self.split_last = last
+        on_split = self.on_split
+        if on_split is not None:
+            try:
+                on_split(last)
+            except OSError as exc:  # told again at the next renewal
+                log.warning("chunk %s/%d: could not pass on the split: %s", self.job_id,
+                            self.chunk, exc)  # fmt: skip
 
     def _loop(self) -> None:
         next_renew = time.monotonic() + self.renew_s

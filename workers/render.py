@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import secrets
 import threading
@@ -15,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm import keys
-from farm.errors import PermanentError, TransientError
+from farm.errors import FarmError, PermanentError, TransientError
 from farm.ledger import Ledger
 from farm.spec import JobSpec
 from farm.store import Store, sha256_file
 from workers import autochunk, blender, spot, thumbnail
-from workers.assets import build_tree
+from workers.assets import build_tree, tree_remap
 from workers.attempt import ChunkAttempt, Outcome
 from workers.box import render_box
 from workers.context import WorkerContext
@@ -42,15 +43,29 @@ class FrameUploader:
     done: list[int] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
     upload_s: float = 0.0
-    _queue: queue.Queue[tuple[int, Path] | None] = field(default_factory=queue.Queue)
+    _queue: queue.Queue[tuple[int, Path, tuple[Path, ...]] | None] = field(
+        default_factory=queue.Queue
+    )
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="frame-upload")
         self._thread.start()
 
-    def add(self, frame: int, path: Path) -> None:
-        self._queue.put((frame, path))
+    def add(self, frame: int, path: Path, masters: tuple[Path, ...] = ()) -> None:
+        """`path`: the display-referred image the video is made of; `masters`: the frame in the
+        scene's own format (EXR, 16-bit PNG), kept for `farm fetch --frames`."""
+        self._queue.put((frame, path, masters))
+
+    def starting(self, frame: int, frame_s: float) -> None:
+        """Record the frame Blender starts and its mean frame time so far: a split of this chunk
+        (farm.split) leaves that frame and the next few, by time, to this attempt."""
+        try:
+            self.ledger.set_chunk_fields(
+                self.job_id, self.chunk, frame_on=frame, frame_s_live=round(frame_s, 3)
+            )
+        except FarmError as exc:  # only a split waits on it; the next frame records again
+            log.warning("could not record frame %d as started: %s", frame, exc)
 
     def raise_errors(self) -> None:
         """Store or Redis hiccups hand the chunk back (no attempt spent); anything else fails it."""
@@ -68,9 +83,11 @@ class FrameUploader:
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
-            frame, path = item
+            frame, path, masters = item
             started = time.monotonic()
             try:
+                for master in masters:  # before the record: a recorded frame has its masters
+                    self.store.put_file(keys.master_key(self.job_id, master.name), master)
                 size = path.stat().st_size
                 digest = sha256_file(path)
                 self.store.put_file(keys.frame_key(self.job_id, frame), path, intermediate=True)
@@ -114,6 +131,7 @@ def render_frames(attempt: ChunkAttempt) -> Outcome:
     if todo:
         progress = _run_blender(ctx, attempt, spec, scene, todo, uploader)
         saved_s, timing = progress.saved_s, progress.timing()
+    frames, todo = kept(frames, attempt.keeper.split_last), kept(todo, attempt.keeper.split_last)
     if job.get("plan_pending") == "1":
         autochunk.plan_rest(ctx, job_id, spec, saved_s, index)
     return Outcome(
@@ -124,9 +142,23 @@ def render_frames(attempt: ChunkAttempt) -> Outcome:
             "upload_s": round(uploader.upload_s, 3),
             "frames_rendered": len(frames),
             "frames_reused": len(frames) - len(todo),
+            "rendered_by": ctx.name,  # whose speed frame_s is (farm.chunking.worker_factors)
         },
         summary={"rendered": len(todo), "reused": len(frames) - len(todo)},
     )
+
+
+def kept(frames: list[int], split_last: int | None) -> list[int]:
+    """The frames still this chunk's after a split at `split_last` (None: not split)."""
+    return frames if split_last is None else [f for f in frames if f <= split_last]
+
+
+def write_permit(path: Path, last: int) -> None:
+    """Tell the render script to stop after frame `last` (it reads the file before each frame);
+    written whole, then renamed, so the script never reads half of it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps({"last": last}))
+    os.replace(partial, path)
 
 
 @dataclass(slots=True)
@@ -168,6 +200,8 @@ class _Progress:
         elif line.kind == "START":
             frame = line.body.get("frame")
             self.frame = frame if isinstance(frame, int) else self.frame
+            if isinstance(frame, int):
+                uploader.starting(frame, self.frame_time_s())
             if self.first_frame_s is None:
                 self.first_frame_s = now
         elif line.kind == "FRAME":
@@ -181,7 +215,7 @@ class _Progress:
             self.saved.add(rendered.frame)
             self.frame_times_s.append(rendered.render_s)
             self.masters[rendered.frame] = rendered.files
-            uploader.add(rendered.frame, rendered.preview)
+            uploader.add(rendered.frame, rendered.preview, rendered.files)
 
     def failed_frame(self, todo: list[int]) -> int | None:
         """The script renders the list in order: the first unsaved frame is where it stopped."""
@@ -215,12 +249,24 @@ def _run_blender(
     keeper = attempt.keeper
     out_dir = ctx.job_dir(attempt.job_id) / "frames"
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = blender.settings_from_spec(spec, device=ctx.caps.cycles_device, threads=ctx.threads)
+    settings = blender.settings_from_spec(
+        spec,
+        device=ctx.caps.cycles_device,
+        threads=ctx.threads,
+        # A 10-bit video needs more than 8 bits from the display-referred image it is made of.
+        preview_depth="16" if spec.codec.ten_bit else "8",
+    )
     nonce = secrets.token_hex(16)
     job_path = attempt.workspace / "blender-job.json"
     job_path.parent.mkdir(parents=True, exist_ok=True)
     job = blender.job_file(
-        scene=scene, out_dir=out_dir, frames=todo, settings=settings, nonce=nonce
+        scene=scene,
+        out_dir=out_dir,
+        frames=todo,
+        settings=settings,
+        nonce=nonce,
+        remap=tree_remap(ctx, attempt.job_id),
+        permit=attempt.workspace / "permit.json",
     )
     job_path.write_text(json.dumps(job))
     argv = blender.script_argv(
@@ -247,6 +293,11 @@ def _run_blender(
         return f" on frame {frame}" if frame is not None else ""
 
     keeper.should_stop = spot_check
+    permit = attempt.workspace / "permit.json"
+    keeper.on_split = lambda last: write_permit(permit, last)
+    if keeper.split_last is not None:  # split before Blender started
+        write_permit(permit, keeper.split_last)
+    uploader.starting(todo[0], 0.0)  # a new attempt: not the frame an earlier one was on
     # A memory cap protects the host from a runaway scene; CUDA maps huge address ranges, so the
     # cap only applies to CPU renders.
     limit_mb = ctx.settings.render_memory_limit_mb if settings.device == "CPU" else 0
@@ -269,8 +320,9 @@ def _run_blender(
     finally:
         uploader.finish()
         keeper.should_stop = None
+        keeper.on_split = None
     uploader.raise_errors()
-    missing = sorted(set(todo) - set(uploader.done))
+    missing = sorted(set(kept(todo, keeper.split_last)) - set(uploader.done))
     if missing:
         rejected = (
             f" (lines rejected: {'; '.join(progress.rejected[:3])})" if progress.rejected else ""

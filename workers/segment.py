@@ -68,7 +68,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
         encoder=choose_encoder(str(spec.codec), ctx.caps.nvenc),
         fps=fps_fraction(spec.fps),
     )
-    segment = attempt.workspace / f"{index:05d}.mp4"
+    segment = attempt.workspace / f"{index:05d}.{spec.codec.container}"
     argv = frames_to_segment_argv(
         ffmpeg_bin=ctx.settings.ffmpeg,
         pattern=seq_dir / "%06d.png",
@@ -83,7 +83,9 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
     attempt.check_lease("before the upload")
     upload_started = time.monotonic()
-    ctx.store.put_file(keys.segment_key(job_id, index), segment, intermediate=True)
+    ctx.store.put_file(
+        keys.segment_key(job_id, index, spec.codec.container), segment, intermediate=True
+    )
     manifest = segment_manifest(
         attempt,
         frames=entries,

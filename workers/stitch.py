@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from farm import keys
 from farm.errors import PermanentError
@@ -34,26 +35,40 @@ DOWNLOADS = 8
 def verified_segments(
     ctx: WorkerContext, job_id: str, chunks_total: int, work: Path
 ) -> list[tuple[Path, Fraction]]:
-    """Download every segment named by a manifest, in parallel, and check each against it."""
+    """Download every segment named by a manifest, in parallel, and check each against it.
+    Returned in the order of their first frames: a split chunk's rest has a later index than
+    chunks after it in the video (farm.split)."""
     with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="segment") as pool:
         fetched = list(
             pool.map(lambda i: _fetch_segment(ctx, job_id, i, work), range(chunks_total))
         )
-    encoders = {encoder for _, _, encoder in fetched}
+    fetched.sort(key=lambda f: f[3])
+    encoders = {encoder for _, _, encoder, _ in fetched}
     if len(encoders) > 1:
         raise PermanentError(
             f"segments were made by different encoders ({', '.join(sorted(encoders))}); they cannot "
             "be joined by stream copy. Retry the job with --encoder set to one of them"
         )
-    return [(path, duration) for path, duration, _ in fetched]
+    return [(path, duration) for path, duration, _, _ in fetched]
+
+
+def first_frame(manifest: dict[str, Any], index: int) -> tuple[int, int]:
+    """Where a segment goes in the video: its first frame (a render chunk's frame list, or a
+    transcode cut's `first`), then its chunk index."""
+    frames = manifest.get("frames")
+    if isinstance(frames, dict) and isinstance(frames.get("first"), int):
+        return frames["first"], index
+    if isinstance(frames, list) and frames and isinstance(frames[0], dict):
+        return int(frames[0].get("frame", 0)), index
+    return 0, index
 
 
 def _fetch_segment(
     ctx: WorkerContext, job_id: str, index: int, work: Path
-) -> tuple[Path, Fraction, str]:
+) -> tuple[Path, Fraction, str, tuple[int, int]]:
     manifest = ctx.store.get_json(keys.manifest_key(job_id, index))
     seg = manifest["segment"]
-    local = work / f"{index:05d}.mp4"
+    local = work / Path(seg["key"]).name
     ctx.store.get_file(seg["key"], local)
     if local.stat().st_size != seg["size"] or sha256_file(local) != seg["sha256"]:
         raise PermanentError(f"segment {index} does not match its manifest; retry chunk {index}")
@@ -61,7 +76,8 @@ def _fetch_segment(
         raise PermanentError(
             f"segment {index} has {seg['frames']} of {manifest['frame_count']} frames"
         )
-    return local, Fraction(seg["frames"]) / Fraction(seg["fps"]), manifest["encoder"]["name"]
+    duration = Fraction(seg["frames"]) / Fraction(seg["fps"])
+    return local, duration, manifest["encoder"]["name"], first_frame(manifest, index)
 
 
 def stitch_frames(
@@ -73,7 +89,7 @@ def stitch_frames(
         segments = verified_segments(ctx, job_id, int(job["chunks_total"]), work)
         list_file = work / "segments.txt"
         list_file.write_text(concat_list(segments))
-        out = work / "output.mp4"
+        out = work / f"output.{spec.codec.container}"
         result = run(
             concat_argv(
                 ffmpeg_bin=ctx.settings.ffmpeg,
@@ -123,7 +139,7 @@ def stitch_workspace(ctx: WorkerContext, job_id: str) -> Iterator[Path]:
 
 def deliver(ctx: WorkerContext, job_id: str, out: Path, started: float, **timings: float) -> str:
     """Upload the verified deliverable and mark the job done; returns its key."""
-    output_key = keys.output_key(job_id)
+    output_key = keys.output_key(job_id, out.suffix.lstrip("."))
     ctx.store.put_file(output_key, out)
     ctx.ledger.move_job(
         job_id,

@@ -84,7 +84,7 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     )
     source_key = attempt.job["source_key"]
     source, read_as = master_source(ctx, source_key)
-    segment = attempt.fresh_workspace() / f"{index:05d}.mp4"
+    segment = attempt.fresh_workspace() / f"{index:05d}.{spec.codec.container}"
     cut = segment_cut(spec.master, frames, spec.chunk_size)
     argv = segment_argv(
         ffmpeg_bin=ctx.settings.ffmpeg,
@@ -102,7 +102,9 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     if info.frames != cut.count:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {cut.count}")
     attempt.check_lease("before the upload")
-    ctx.store.put_file(keys.segment_key(job_id, index), segment, intermediate=True)
+    ctx.store.put_file(
+        keys.segment_key(job_id, index, spec.codec.container), segment, intermediate=True
+    )
     manifest = segment_manifest(
         attempt,
         frames={"first": cut.first, "end": cut.end, "seek_s": cut.seek_s},

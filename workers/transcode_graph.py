@@ -26,6 +26,7 @@ DEFAULT_QUALITY = {
     "h264_nvenc": 21,
     "hevc_nvenc": 23,
     "av1_nvenc": 30,
+    "prores_ks": 9,
 }
 
 
@@ -58,18 +59,20 @@ def default_quality(encoder: str) -> int:
     return DEFAULT_QUALITY.get(encoder, 23)
 
 
-def scale_filters(width: int, height: int, nvenc: bool) -> list[str]:
+def scale_filters(width: int, height: int, nvenc: bool, pix_fmt: str = "yuv420p") -> list[str]:
     """Lanczos on the CPU; on NVENC hosts the frames go up to the GPU and scale_cuda scales them."""
     if nvenc:
         return [
-            "format=nv12",
+            "format=p010le" if "10" in pix_fmt else "format=nv12",
             "hwupload_cuda",
-            f"scale_cuda=w={width}:h={height}:interp_algo=lanczos:format=yuv420p",
+            f"scale_cuda=w={width}:h={height}:interp_algo=lanczos:format={pix_fmt}",
         ]
-    return [f"scale=w={width}:h={height}:flags=lanczos", "format=yuv420p"]
+    return [f"scale=w={width}:h={height}:flags=lanczos", f"format={pix_fmt}"]
 
 
-def segment_filtergraph(cut: SegmentCut, width: int, height: int, nvenc: bool) -> str:
+def segment_filtergraph(
+    cut: SegmentCut, width: int, height: int, nvenc: bool, pix_fmt: str = "yuv420p"
+) -> str:
     chain = [
         f"setpts=PTS-{cut.start_pts}",
         f"fps=fps={cut.rate.numerator}/{cut.rate.denominator}",
@@ -78,7 +81,7 @@ def segment_filtergraph(cut: SegmentCut, width: int, height: int, nvenc: bool) -
         # A variable-rate master's grid may end a frame short: repeat its last frame, then trim.
         chain.append("tpad=stop_mode=clone:stop=2")
     chain += [f"trim=start_pts={cut.first}:end_pts={cut.end}", "setpts=PTS-STARTPTS"]
-    return ",".join(chain + scale_filters(width, height, nvenc))
+    return ",".join(chain + scale_filters(width, height, nvenc, pix_fmt))
 
 
 def segment_argv(
@@ -99,15 +102,16 @@ def segment_argv(
         reading.update(noaccurate_seek=None, ss=f"{cut.seek_s:.6f}")
     opts = codec_options(settings, cut.count)
     opts.pop("r", None)  # the fps filter made the rate; -r could only add or drop frames
+    pix_fmt = str(opts["pix_fmt"])
     if settings.is_nvenc:
-        opts.pop("pix_fmt", None)  # CUDA frames; scale_cuda already chose yuv420p
+        opts.pop("pix_fmt", None)  # CUDA frames; scale_cuda already chose the format
     stream = ffmpeg.input(source, **reading).output(
         out,
         map="0:v:0",
         an=None,
         sn=None,
         dn=None,
-        vf=segment_filtergraph(cut, width, height, settings.is_nvenc),
+        vf=segment_filtergraph(cut, width, height, settings.is_nvenc, pix_fmt),
         fps_mode="passthrough",
         **{"frames:v": cut.count},
         **opts,

@@ -28,7 +28,7 @@ def check_segments(found: list[Streams], spec: JobSpec, encoders: list[dict[str,
             f"segments were made with different encoders or settings ({', '.join(names)}); "
             "they cannot be joined by stream copy. Retry the job with --encoder set to one of them"
         )
-    want = (str(spec.codec), spec.resolution.width, spec.resolution.height)
+    want = (spec.codec.stream_name, spec.resolution.width, spec.resolution.height)
     first = found[0]
     for n, seg in enumerate(found):
         params = (seg.codec, seg.width, seg.height, seg.pix_fmt, seg.rate, seg.time_base)
@@ -52,7 +52,7 @@ def check_output(out: Streams, spec: JobSpec, master: MasterInfo) -> None:
     if abs(out.duration_s - master.duration_s) > frame_s:
         problems.append(f"video lasts {out.duration_s:.3f} s, the master {master.duration_s:.3f} s")
     if (out.codec, out.width, out.height) != (
-        str(spec.codec), spec.resolution.width, spec.resolution.height
+        spec.codec.stream_name, spec.resolution.width, spec.resolution.height
     ):  # fmt: skip
         problems.append(
             f"{out.codec} {out.width}x{out.height}, asked for {spec.codec} {spec.resolution}"
@@ -86,7 +86,7 @@ def stitch_master(
         )
         list_file = work / "segments.txt"
         list_file.write_text(concat_list(segments))
-        out = work / "output.mp4"
+        out = work / f"output.{spec.codec.container}"
         source = master_source(ctx, job["source_key"])[0] if master.audio else ""
         joined = time.monotonic()
         result = run(

@@ -43,10 +43,9 @@ module "storage" {
 }
 
 module "network" {
-  source               = "./modules/network"
-  name                 = var.name
-  vpc_id               = var.vpc_id
-  flower_allowed_cidrs = var.flower_allowed_cidrs
+  source = "./modules/network"
+  name   = var.name
+  vpc_id = var.vpc_id
 }
 
 module "secrets" {

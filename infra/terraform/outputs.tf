@@ -13,9 +13,9 @@ output "redis_auth_token_secret_arn" {
   value       = module.secrets.redis_auth_token_secret_arn
 }
 
-output "flower_url" {
-  description = "Flower, reachable from flower_allowed_cidrs (credentials in the flower secret)."
-  value       = "http://${module.control_plane.private_ip}:5555"
+output "flower_tunnel" {
+  description = "Flower listens on the control plane's loopback only (its /metrics and /healthcheck need no login): run this, then open http://127.0.0.1:5555 (credentials in the flower secret). The tunnel is Session Manager's, encrypted and IAM-authorized."
+  value       = "aws ssm start-session --region ${var.region} --target ${module.control_plane.instance_id} --document-name AWS-StartPortForwardingSession --parameters portNumber=5555,localPortNumber=5555"
 }
 
 output "flower_secret_arn" {

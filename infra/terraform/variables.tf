@@ -29,16 +29,6 @@ variable "private_subnet_ids" {
   }
 }
 
-variable "flower_allowed_cidrs" {
-  description = "CIDRs allowed to reach Flower on port 5555 (your VPN or office range). Never 0.0.0.0/0."
-  type        = list(string)
-
-  validation {
-    condition     = length(var.flower_allowed_cidrs) > 0 && alltrue([for c in var.flower_allowed_cidrs : can(cidrhost(c, 0)) && !contains(["0.0.0.0/0", "::/0"], c)])
-    error_message = "flower_allowed_cidrs must be valid CIDRs and must not contain 0.0.0.0/0 or ::/0."
-  }
-}
-
 variable "worker_image" {
   description = "Worker container image built from workers/Dockerfile, pinned by tag or digest (e.g. 123456789012.dkr.ecr.eu-west-1.amazonaws.com/farm-worker:0.1.0)."
   type        = string

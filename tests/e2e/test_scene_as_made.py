@@ -45,6 +45,7 @@ def test_textured_scene_renders_with_its_own_settings_and_files(
     assert summary["state"] == "done", summary["error"]
     assert (summary["frames_total"], summary["chunks_total"]) == (25, 5)
     settings = summary["settings"]
+    assert settings.pop("scripts") == {"value": "not run", "from": "default"}
     assert {name: item["from"] for name, item in settings.items()} == dict.fromkeys(
         settings, "scene"
     )

@@ -130,3 +130,15 @@ def test_compose_uses_the_farm_settings_names(compose: dict[str, Any]) -> None:
     assert expected | {"FARM_S3_ACCESS_KEY", "FARM_S3_SECRET_KEY"} <= set(env)
     flower = compose["services"]["flower"]["environment"]
     assert {"FARM_FLOWER_USER", "FARM_FLOWER_PASSWORD"} <= set(flower)
+
+
+def test_seaweedfs_filer_and_volume_ports_demand_jwts(compose: dict[str, Any]) -> None:
+    """Every container on the network reaches SeaweedFS's filer and volume ports; reads and writes
+    there need JWTs signed with a key only SeaweedFS holds, and only S3 is published."""
+    s3 = compose["services"]["s3"]
+    env = s3["environment"]
+    for name in ("WEED_JWT_SIGNING_KEY", "WEED_JWT_SIGNING_READ_KEY",
+                 "WEED_JWT_FILER_SIGNING_KEY", "WEED_JWT_FILER_SIGNING_READ_KEY"):  # fmt: skip
+        assert str(env[name]).startswith("${FARM_WEED_JWT_KEY:?"), name
+    assert [str(p).rsplit(":", 1)[-1] for p in s3.get("ports", [])] == ["8333"]
+    assert "expose" not in s3

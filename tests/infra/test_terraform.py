@@ -79,16 +79,17 @@ def test_redis_admits_only_workers_and_control_plane(tf: TF) -> None:
     assert all(_port(tf, r["from_port"]) == _port(tf, r["to_port"]) == 6379 for r in rules)
 
 
-def test_flower_is_never_open_to_the_world(tf: TF) -> None:
-    rules = _rules_into(tf, "control_plane")
-    assert rules, "the control plane must have an ingress rule for Flower"
-    for rule in rules:
-        assert rule["cidr_ipv4"] == "${each.value}"
-        assert _port(tf, rule["from_port"]) == _port(tf, rule["to_port"]) == 5555
-    validation = one(variables(tf)["flower_allowed_cidrs"], "validation")["condition"]
-    assert all(cidr in validation for cidr in WORLD), "the variable must refuse 0.0.0.0/0 and ::/0"
-    example = load_tf(TERRAFORM_DIR / "terraform.tfvars.example")
-    assert not WORLD & set(example["flower_allowed_cidrs"])
+def test_flower_is_reached_only_through_session_manager(tf: TF) -> None:
+    """Flower's /metrics and /healthcheck skip its basic auth: it listens on the control plane's
+    loopback, no security group admits anything into the control plane, and the way in is
+    Session Manager port forwarding (TLS to AWS, IAM-authorized)."""
+    assert _rules_into(tf, "control_plane") == []
+    assert "flower_allowed_cidrs" not in variables(tf)
+    user_data = (TERRAFORM_DIR / "modules/control_plane/user-data.sh.tftpl").read_text()
+    assert 'unit flower "flower --address 127.0.0.1 --port 5555"' in user_data
+    assert "0.0.0.0" not in user_data
+    tunnel = (TERRAFORM_DIR / "outputs.tf").read_text()
+    assert "AWS-StartPortForwardingSession" in tunnel and "portNumber=5555" in tunnel
     # No security group carries inline ingress that could bypass the rules above.
     for _, name, group in blocks(tf, "resource", "aws_security_group"):
         assert "ingress" not in group, f"{name} has inline ingress"

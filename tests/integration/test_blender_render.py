@@ -49,6 +49,7 @@ def render(
     frames: list[int],
     settings: blender.RenderSettings | None = None,
     binary: str = blender.WHEEL,
+    remap: dict[str, str] | None = None,
 ) -> Run:
     out_dir = tmp / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -59,6 +60,7 @@ def render(
         frames=frames,
         settings=settings or blender.RenderSettings(),
         nonce=nonce,
+        remap=remap,
     )
     job_path = tmp / "job.json"
     job_path.write_text(json.dumps(job))
@@ -288,3 +290,16 @@ def test_a_blender_without_oidn_fails_a_denoised_scene_saying_so(tmp_path: Path)
     done = render(scene, tmp_path, [1], blender.RenderSettings(width=16, height=16), "blender")
     assert done.result.returncode == 3
     assert any("built without it" in line for line in done.result.tail), done.result.tail
+
+
+def test_a_path_that_would_not_resolve_is_remapped_into_the_tree(
+    scenes: Path, tmp_path: Path
+) -> None:
+    """GIVEN a scene whose texture path does not resolve on this worker WHEN the asset manifest
+    maps it to its copy in the job's tree THEN the scene renders with that file."""
+    found = tmp_path / "tree" / "_abs" / "gone.png"
+    found.parent.mkdir(parents=True)
+    shutil.copyfile(Path(__file__).parents[2] / "scenes" / "tex" / "checker.png", found)
+    done = render(scenes / "missing.blend", tmp_path, [1], remap={"//tex/gone.png": str(found)})
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert [f.frame for f in done.frames] == [1]

@@ -196,3 +196,45 @@ def test_trusted_scene_script_is_boxed_in_a_real_render(
     assert seen["read-secret"] == "refused" and seen["redis"] == "refused"
     assert seen["ENV"] == "None None"
     assert (chunk["out_dir"] / "frame_000001.png").exists()
+
+
+def test_stopping_a_boxed_program_stops_what_runs_inside(chunk: dict[str, Path]) -> None:
+    """A lost lease or a spot notice stops the box: nothing inside it keeps running."""
+    import threading
+    import time
+
+    from farm.proc import Running
+
+    marker = f"farm-box-test-{secrets.token_hex(4)}"
+    handle = Running()
+    argv = boxed(["python3", "-c", "import time; time.sleep(300)", marker], chunk, "blender")
+    threading.Timer(1.0, handle.stop).start()
+    started = time.monotonic()
+    result = run(argv, handle=handle)
+    assert result.stopped and time.monotonic() - started < 10
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+def test_a_render_worker_without_bwrap_refuses_to_start(tmp_path: Path) -> None:
+    """GIVEN a host whose PATH has Blender and ffmpeg but no bwrap, WHEN a render worker starts,
+    THEN it exits at once saying how to fix it, before it could take a chunk."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("blender", "ffmpeg", "ffprobe"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    done = subprocess.run(
+        [sys.executable, "-m", "workers", "--queues", "render", "--name", "nobox@test"],
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path), "FARM_CONFIG": str(tmp_path / "c"),
+             "FARM_REDIS_URL": "redis://127.0.0.1:1/0"},
+        capture_output=True, text=True, timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "bwrap is not installed" in done.stderr and "FARM_SANDBOX=off" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -79,6 +79,7 @@ def test_job_file_without_overrides_leaves_the_scene_alone() -> None:
         "threads": 0,
         "preview_depth": "8",
         "allow_missing": [],
+        "remap": {},
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.sandbox import Box, minimal_env, wrap
+from farm.sandbox import Box, minimal_env, unwrapped_returncode, wrap
 
 WORKER_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -54,3 +54,10 @@ def test_a_writable_folder_inside_a_read_only_tree_is_mounted_after_it() -> None
     argv = wrap(["true"], box, environ={})
     mounts = [a for i, a in enumerate(argv) if argv[i - 1] in ("--ro-bind", "--bind")]
     assert mounts.index("/s/tree") < mounts.index("/s/tree/out")
+
+
+def test_a_signal_inside_the_box_reads_as_that_signal() -> None:
+    assert unwrapped_returncode(139) == -11  # SIGSEGV inside: bwrap exits 128+11
+    assert unwrapped_returncode(137) == -9
+    assert unwrapped_returncode(-15) == -15  # bwrap itself stopped
+    assert unwrapped_returncode(3) == 3 and unwrapped_returncode(0) == 0

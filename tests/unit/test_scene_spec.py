@@ -43,6 +43,7 @@ def test_no_flags_takes_everything_from_the_scene() -> None:
     assert (spec.fps, spec.rate, spec.samples) == (25.0, 25, 4)
     assert (spec.engine, spec.camera, spec.overrides) == (None, None, ())
     shown = provenance(spec)
+    assert shown.pop("scripts") == {"value": "not run", "from": "default"}
     assert {item["from"] for item in shown.values()} == {"scene"}
     assert shown["frames"]["value"] == "11-35"
     assert shown["camera"]["value"] == "ShotCam"

@@ -29,7 +29,7 @@ def _summary(state: str = "running") -> dict[str, Any]:
 def test_the_job_view_shows_progress_chunks_cost_and_workers() -> None:
     text = to_text(job_view(_summary(), {"w1": {"queues": ["render"], "seen": time.time()}}))
     assert "job j-1" in text and "priority 70" in text
-    assert "$0.5000 spent, $0.1000 wasted (1 of 3 attempts)" in text
+    assert "$0.5000 spent, $0.1000 wasted (1/3 attempts)" in text
     assert "$0.5000 and " in text  # two frames of four at $0.25 each still to pay
     chunk_lines = [line for line in text.splitlines() if line.strip()[:1].isdigit()]
     assert any("done" in line for line in chunk_lines)

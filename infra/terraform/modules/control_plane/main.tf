@@ -1,5 +1,6 @@
 # The control plane: one small on-demand instance running the reconciler, Flower (basic auth,
-# port 5555, allowed CIDRs only) and the BacklogPerWorker publisher, all from the farm image.
+# port 5555 on loopback only: Session Manager port forwarding) and the BacklogPerWorker
+# publisher, all from the farm image.
 
 data "aws_ssm_parameter" "ami" {
   name = var.ami_ssm_parameter
@@ -48,7 +49,7 @@ resource "aws_instance" "control_plane" {
 }
 
 output "private_ip" {
-  description = "Private address of the control plane; Flower listens on port 5555."
+  description = "Private address of the control plane (Flower listens on its loopback only)."
   value       = aws_instance.control_plane.private_ip
 }
 

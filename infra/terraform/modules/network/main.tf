@@ -1,5 +1,6 @@
-# Security groups: Redis admits only workers and the control plane; Flower admits only the
-# allowed CIDRs; workers and the control plane reach out on HTTPS and to Redis, nothing else.
+# Security groups: Redis admits only workers and the control plane; nothing else admits anything
+# (Flower listens on the control plane's loopback, reached through Session Manager port
+# forwarding); workers and the control plane reach out on HTTPS and to Redis, nothing else.
 
 variable "name" {
   description = "Farm name."
@@ -11,14 +12,8 @@ variable "vpc_id" {
   type        = string
 }
 
-variable "flower_allowed_cidrs" {
-  description = "CIDRs that may reach Flower (validated at the root: never 0.0.0.0/0)."
-  type        = list(string)
-}
-
 locals {
-  redis_port  = 6379
-  flower_port = 5555
+  redis_port = 6379
 }
 
 resource "aws_security_group" "workers" {
@@ -31,7 +26,7 @@ resource "aws_security_group" "workers" {
 resource "aws_security_group" "control_plane" {
   #checkov:skip=CKV2_AWS_5:Attached through this module's outputs (the control-plane instance); checkov's graph does not follow module outputs.
   name        = "${var.name}-control-plane"
-  description = "Reconciler and Flower of ${var.name}: Flower from allowed CIDRs only"
+  description = "Reconciler and Flower of ${var.name}: no inbound (Flower via Session Manager)"
   vpc_id      = var.vpc_id
 }
 
@@ -58,16 +53,6 @@ resource "aws_vpc_security_group_ingress_rule" "redis_from_control_plane" {
   ip_protocol                  = "tcp"
   from_port                    = local.redis_port
   to_port                      = local.redis_port
-}
-
-resource "aws_vpc_security_group_ingress_rule" "flower" {
-  for_each          = toset(var.flower_allowed_cidrs)
-  security_group_id = aws_security_group.control_plane.id
-  description       = "Flower (basic auth) from ${each.value}"
-  cidr_ipv4         = each.value
-  ip_protocol       = "tcp"
-  from_port         = local.flower_port
-  to_port           = local.flower_port
 }
 
 # HTTPS out: S3, Secrets Manager, CloudWatch, Auto Scaling and the image registry. Use VPC

@@ -1,0 +1,134 @@
+"""No idle tail (pure): which rendering chunk a worker with nothing to do splits, and at which frame.
+
+The ledger's SPLIT script (farm.ledger_lua) makes the split atomic and checks it again; the worker's
+side (workers/splitter.py) decides when to look. bench/sim.py runs these same functions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from farm.pipeline import PHASES, Phase, kind_of
+from farm.spec import JobKind
+from farm.state import ChunkState, JobState
+
+MIN_REST = 2
+"""Fewest frames a new chunk takes: one frame would not pay for its Blender start-up."""
+UNKNOWN_FRAME_S = 1.0
+"""Frame time assumed for an owner that has not finished a frame yet (sets the margin)."""
+SLACK_S = 1.5
+"""Beyond the renewal interval: a lease tick, the permit write, Redis round trips."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Split:
+    """Split chunk `index` of `job_id` (held under `token`): it keeps frames <= `last_frame`; a new
+    chunk numbered `chunks_total` takes the `moved` frames after it."""
+
+    job_id: str
+    index: int
+    token: str
+    last_frame: int
+    chunks_total: int
+    moved: int
+
+
+def margin_frames(frame_s: float, lag_s: float) -> int:
+    """Frames after the one it is on that the owner may start before it hears of a split: as many
+    as begin within `lag_s` (its lease renewal interval plus slack), at least one."""
+    frame_s = frame_s if frame_s > 0 else UNKNOWN_FRAME_S
+    return max(1, math.ceil(lag_s / frame_s - 1e-9))
+
+
+def split_point(
+    frames: Sequence[int],
+    frame_on: int | None,
+    *,
+    margin: int,
+    startup_frames: float = 0.0,
+    min_rest: int = MIN_REST,
+) -> int | None:
+    """The last frame the owner keeps, or None when the chunk is too short to split.
+
+    Of the frames after the one the owner is on (all of them before it starts one), it keeps at
+    least `margin`, else the whole number k that ends both soonest: the owner renders k, the new
+    chunk starts Blender (`startup_frames`, in frames) and renders the rest, so k is about half of
+    them plus half the start-up. The new chunk takes the rest, at least `min_rest`."""
+    ahead = [f for f in frames if frame_on is None or f > frame_on]
+    even = (len(ahead) + startup_frames) / 2
+    keep = min(
+        (math.floor(even), math.ceil(even)),
+        key=lambda k: (max(k, startup_frames + len(ahead) - k), -k),
+    )
+    keep = max(margin, keep)
+    if keep < 1 or len(ahead) - keep < min_rest:
+        return None
+    return ahead[keep - 1]
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _float(value: str | None) -> float:
+    try:
+        return float(value) if value not in (None, "") else 0.0
+    except ValueError:
+        return 0.0
+
+
+def choose(
+    jobs: Sequence[tuple[Mapping[str, str], Sequence[Mapping[str, str]]]],
+    *,
+    lag_s: float,
+    min_rest: int = MIN_REST,
+) -> Split | None:
+    """The split that moves the most frames, across the running render jobs given as (job record,
+    its chunk records); None while any of them still has a chunk waiting for a render (there is
+    work to take) or no rendering chunk has enough frames left."""
+    render = PHASES[Phase.RENDER]
+    best: Split | None = None
+    for job, chunks in jobs:
+        if job.get("state") != JobState.RUNNING or kind_of(dict(job)) is not JobKind.RENDER:
+            continue
+        if any(c.get("state") in render.claim_from for c in chunks):
+            return None
+        if job.get("plan_pending") == "1":
+            continue
+        # Blender start-up as the job's finished chunks measured it: what the new chunk pays.
+        startups = [
+            _float(c.get("blender_startup_s")) for c in chunks if c.get("blender_startup_s")
+        ]
+        startup_s = statistics.median(startups) if startups else 0.0
+        for chunk in chunks:
+            if chunk.get("state") != ChunkState.RENDERING or not chunk.get("token"):
+                continue
+            frames: list[int] = json.loads(chunk.get("frames") or "[]")
+            frame_s = _float(chunk.get("frame_s_live"))
+            last = split_point(
+                frames,
+                _int(chunk.get("frame_on")),
+                margin=margin_frames(frame_s, lag_s),
+                startup_frames=startup_s / frame_s if frame_s > 0 else 0.0,
+                min_rest=min_rest,
+            )
+            if last is None:
+                continue
+            moved = sum(1 for f in frames if f > last)
+            if best is None or moved > best.moved:
+                best = Split(
+                    job_id=job["id"],
+                    index=int(chunk["index"]),
+                    token=chunk["token"],
+                    last_frame=last,
+                    chunks_total=int(job["chunks_total"]),
+                    moved=moved,
+                )
+    return best

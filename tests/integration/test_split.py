@@ -1,0 +1,161 @@
+"""No idle tail: the ledger's SPLIT script against a real Redis (atomic, once, token-guarded), and
+the idle worker's choice (farm.split) over real ledger records."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from farm import keys, speeds
+from farm.chunking import worker_factors
+from farm.ledger import Ledger
+from farm.plan import plan_chunks
+from farm.settings import Settings
+from farm.spec import build_render_spec
+from farm.split import choose
+from farm.state import ChunkState, JobState
+from workers import splitter
+
+
+def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-24", chunk_size: int = 24) -> str:
+    spec = build_render_spec(
+        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
+        fps=24, samples=4, codec="h264",
+    )  # fmt: skip
+    ledger.create_job(
+        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k"
+    )
+    claim = ledger.move_chunk(job_id, 0, ChunkState.RENDERING, mode="claim", lease_s=30, worker="w")
+    return claim.token
+
+
+def _frames(ledger: Ledger, index: int, job_id: str = "j1") -> list[int]:
+    frames: list[int] = json.loads(ledger.chunk(job_id, index)["frames"])
+    return frames
+
+
+def test_a_split_moves_the_frames_after_n_to_a_new_queued_chunk(ledger: Ledger) -> None:
+    token = _job(ledger)
+    new = ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1)
+    assert new == 1
+    assert _frames(ledger, 0) == list(range(1, 13)) and _frames(ledger, 1) == list(range(13, 25))
+    assert ledger.chunk("j1", 1)["state"] == ChunkState.QUEUED
+    assert ledger.chunk("j1", 0)["frame_count"] == "12"
+    assert ledger.job("j1")["chunks_total"] == "2"
+    assert ledger.renew("j1", 0, token, 30) == "split:12"
+
+
+def test_only_one_of_many_racing_splitters_wins(ledger: Ledger) -> None:
+    token = _job(ledger)
+    with ThreadPoolExecutor(8) as pool:
+        won = list(
+            pool.map(
+                lambda n: ledger.split_chunk("j1", 0, token=token, last_frame=n, chunks_total=1),
+                range(6, 14),
+            )
+        )
+    assert sum(1 for w in won if w is not None) == 1
+    assert ledger.job("j1")["chunks_total"] == "2"
+    assert sorted(_frames(ledger, 0) + _frames(ledger, 1)) == list(range(1, 25))
+
+
+def test_no_split_under_another_attempt_or_after_rendering(ledger: Ledger) -> None:
+    token = _job(ledger)
+    assert ledger.split_chunk("j1", 0, token="1:9-stale", last_frame=12, chunks_total=1) is None
+    ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token)
+    assert ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1) is None
+    assert ledger.job("j1")["chunks_total"] == "1" and _frames(ledger, 0) == list(range(1, 25))
+
+
+def test_no_split_at_or_before_the_frame_the_owner_is_on(ledger: Ledger) -> None:
+    token = _job(ledger)
+    ledger.set_chunk_fields("j1", 0, frame_on=12)
+    assert ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1) is None
+    assert ledger.split_chunk("j1", 0, token=token, last_frame=13, chunks_total=1) == 1
+
+
+def test_no_split_leaving_fewer_than_two_frames(ledger: Ledger) -> None:
+    token = _job(ledger)
+    assert ledger.split_chunk("j1", 0, token=token, last_frame=23, chunks_total=1) is None
+    assert ledger.split_chunk("j1", 0, token=token, last_frame=22, chunks_total=1) == 1
+
+
+def test_no_split_while_the_plan_is_pending(ledger: Ledger) -> None:
+    token = _job(ledger)
+    ledger.r.hset(keys.r_job("j1"), "plan_pending", "1")  # an auto-sized job still probing
+    assert ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1) is None
+
+
+def test_the_completion_gate_waits_for_the_new_chunk(ledger: Ledger) -> None:
+    token = _job(ledger)
+    ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1)
+    ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token)
+    enc = ledger.move_chunk("j1", 0, ChunkState.ENCODING, mode="claim", lease_s=30)
+    ledger.move_chunk("j1", 0, ChunkState.DONE, token=enc.token)
+    assert not ledger.try_start_stitch("j1")
+    for target in (ChunkState.RENDERING, ChunkState.RENDERED, ChunkState.ENCODING):
+        claim = target is not ChunkState.RENDERED
+        move = ledger.move_chunk(
+            "j1", 1, target, mode="claim" if claim else "", lease_s=30 if claim else None,
+            token="" if claim else ledger.chunk("j1", 1)["token"],
+        )  # fmt: skip
+        assert move.moved
+    ledger.move_chunk("j1", 1, ChunkState.DONE, token=ledger.chunk("j1", 1)["token"])
+    assert ledger.try_start_stitch("j1")
+    assert ledger.job("j1")["state"] == JobState.STITCHING
+
+
+def test_an_idle_worker_chooses_the_longest_rendering_chunk(ledger: Ledger) -> None:
+    _job(ledger, "j1", frames="1-10", chunk_size=10)
+    _job(ledger, "j2", frames="1-40", chunk_size=40)
+    ledger.set_chunk_fields("j2", 0, frame_on=5, frame_s_live=10.0)
+    records = [(ledger.job(j), ledger.chunks(j)) for j in ("j1", "j2")]
+    plan = choose(records, lag_s=3.5)
+    assert plan is not None and (plan.job_id, plan.index) == ("j2", 0)
+    assert plan.last_frame == 5 + 18 and plan.moved == 17
+    assert (
+        ledger.split_chunk(
+            "j2", 0, token=plan.token, last_frame=plan.last_frame, chunks_total=plan.chunks_total
+        )
+        == 1
+    )
+    again = choose([(ledger.job("j2"), ledger.chunks("j2"))], lag_s=3.5)
+    assert again is None  # the new chunk waits for a worker: work to take, nothing to split
+
+
+class _Dispatch:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, int]] = []
+
+    def send(self, phase: object, job_id: str, index: int, countdown_s: float = 0) -> None:
+        self.sent.append((str(phase), job_id, index))
+
+
+def _ctx(ledger: Ledger) -> Any:
+    return SimpleNamespace(
+        ledger=ledger, dispatch=_Dispatch(), settings=Settings(lease_s=6), name="idle@test"
+    )
+
+
+def test_an_idle_worker_splits_and_sends_the_new_chunk(ledger: Ledger) -> None:
+    _job(ledger)
+    ledger.set_chunk_fields("j1", 0, frame_on=3, frame_s_live=2.0)
+    ctx = _ctx(ledger)
+    plan = splitter.split_once(ctx)
+    assert plan is not None and plan.last_frame == 3 + 11
+    assert ctx.dispatch.sent == [("render", "j1", 1)]
+    assert _frames(ledger, 1) == list(range(15, 25))
+    assert splitter.split_once(ctx) is None  # chunk 1 waits for a worker: nothing more to split
+
+
+def test_recent_jobs_tell_each_workers_speed(ledger: Ledger) -> None:
+    for job_id, times in (("a", {"fast": 1.0, "slow": 1.5, "mid": 1.2}), ("b", {"fast": 4.0})):
+        _job(ledger, job_id, frames="1-30", chunk_size=10)
+        for index, (worker, frame_s) in enumerate(times.items()):
+            ledger.set_chunk_fields(job_id, index, rendered_by=worker, frame_s=frame_s)
+    factors = worker_factors(speeds.frame_times(ledger))
+    assert factors == pytest.approx({"fast": 1 / 1.2, "slow": 1.25, "mid": 1.0})

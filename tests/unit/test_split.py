@@ -1,0 +1,115 @@
+"""No idle tail, the pure parts: where a chunk splits, which one, and how its owner hears of it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from farm.proc import Running
+from farm.split import MIN_REST, choose, margin_frames, split_point
+from workers.blender_render import Renderer
+from workers.lease import LeaseKeeper
+from workers.render import kept, write_permit
+from workers.stitch import first_frame
+
+
+def _job(job_id: str = "j", state: str = "running", **extra: str) -> dict[str, str]:
+    return {"id": job_id, "kind": "render", "state": state, "chunks_total": "1", **extra}
+
+
+def _chunk(index: int, frames: list[int], state: str = "rendering", **extra: str) -> dict[str, str]:
+    return {"index": str(index), "state": state, "frames": json.dumps(frames), "token": f"1:1-{index}",
+            **extra}  # fmt: skip
+
+
+def test_the_margin_covers_the_frames_an_owner_starts_before_it_hears() -> None:
+    assert margin_frames(frame_s=10.0, lag_s=3.5) == 1
+    assert margin_frames(frame_s=0.5, lag_s=3.5) == 7
+    assert margin_frames(frame_s=0.0, lag_s=3.5) == 4  # unknown: assumed one second a frame
+
+
+def test_the_owner_keeps_half_of_what_is_ahead_and_the_rest_moves() -> None:
+    assert split_point(list(range(1, 25)), None, margin=2) == 12
+    assert split_point(list(range(1, 25)), 4, margin=2) == 4 + 10
+
+
+def test_the_new_chunks_startup_leaves_more_frames_to_the_owner() -> None:
+    assert split_point(list(range(1, 25)), None, margin=2, startup_frames=4) == 14
+
+
+def test_a_chunk_too_short_for_its_margin_is_not_split() -> None:
+    frames = list(range(1, 11))
+    assert split_point(frames, 6, margin=2) == 8  # 9, 10 move
+    assert split_point(frames, 7, margin=2) is None  # one frame would move
+    assert split_point(frames, 2, margin=7) is None
+    assert MIN_REST == 2
+
+
+def test_nothing_is_split_while_a_chunk_waits_for_a_worker() -> None:
+    jobs = [(_job(), [_chunk(0, list(range(1, 40))), _chunk(1, [40, 41, 42], state="queued")])]
+    assert choose(jobs, lag_s=3.5) is None
+
+
+def test_the_longest_rest_of_the_running_render_jobs_is_split() -> None:
+    jobs = [
+        (_job("a"), [_chunk(0, list(range(1, 21)), frame_on="1", frame_s_live="9")]),
+        (_job("b"), [_chunk(0, list(range(1, 41)), frame_on="30", frame_s_live="9"),
+                     _chunk(1, list(range(41, 81)), frame_on="41", frame_s_live="9")]),
+        (_job("c", state="paused"), [_chunk(0, list(range(1, 400)))]),
+        (_job("d", kind="transcode"), [_chunk(0, list(range(1, 400)), state="transcoding")]),
+        (_job("e", plan_pending="1"), [_chunk(0, list(range(1, 400)))]),
+    ]  # fmt: skip
+    plan = choose(jobs, lag_s=3.5)
+    assert plan is not None and (plan.job_id, plan.index) == ("b", 1)
+    assert (plan.last_frame, plan.moved, plan.token, plan.chunks_total) == (61, 19, "1:1-1", 1)
+
+
+def test_kept_frames_after_a_split() -> None:
+    assert kept([1, 2, 3, 4], None) == [1, 2, 3, 4]
+    assert kept([1, 2, 3, 4], 2) == [1, 2]
+
+
+def test_the_render_script_reads_the_permit_the_worker_writes(tmp_path: Path) -> None:
+    permit = tmp_path / "permit.json"
+    renderer = Renderer(
+        bpy=None, job={"nonce": "n", "out_dir": str(tmp_path), "permit": str(permit)}
+    )
+    assert renderer.permitted_last() is None  # no split yet: every frame
+    write_permit(permit, 12)
+    assert renderer.permitted_last() == 12
+    assert Renderer(bpy=None, job={"nonce": "n", "out_dir": "o"}).permitted_last() is None
+
+
+class _Ledger:
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def renew(self, *_: Any) -> str:
+        return self.answer
+
+
+def test_the_lease_keeper_passes_a_split_on_and_keeps_the_lease() -> None:
+    told: list[int] = []
+    keeper = LeaseKeeper(
+        _Ledger("split:12"),  # type: ignore[arg-type]
+        job_id="j", chunk=0, token="t", lease_s=6, renew_s=0.1, running=Running(),
+    )  # fmt: skip
+    keeper.on_split = told.append
+    with keeper:
+        deadline = time.monotonic() + 5
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert told[0] == 12 and keeper.split_last == 12 and not keeper.lost
+
+
+def test_segments_join_in_first_frame_order_not_chunk_order() -> None:
+    manifests = {
+        0: {"frames": [{"frame": 1}, {"frame": 2}]},
+        1: {"frames": [{"frame": 7}, {"frame": 8}]},
+        2: {"frames": [{"frame": 3}, {"frame": 4}]},  # the rest of chunk 0, split off
+        3: {"frames": {"first": 5, "end": 7}},  # a transcode cut
+    }
+    order = sorted(manifests, key=lambda i: first_frame(manifests[i], i))
+    assert order == [0, 2, 3, 1]

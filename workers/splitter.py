@@ -1,0 +1,95 @@
+"""No idle tail, the worker's side: a render worker with no task in hand and an empty render queue
+splits the longest running chunk (farm.split picks it, the ledger's SPLIT script decides) and
+sends the new chunk's render, which it then takes itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery.signals import task_postrun, task_prerun
+
+from farm.errors import FarmError
+from farm.pipeline import PHASES, Phase
+from farm.split import SLACK_S, Split, choose
+from farm.state import JobState
+from workers.context import WorkerContext
+
+log = logging.getLogger(__name__)
+EVERY_S = 1.0
+"""How often an idle worker looks for a chunk to split."""
+JOBS_LOOKED_AT = 50
+"""The newest jobs scanned: a split only ever helps a job that is running now."""
+
+
+class Activity:
+    """Tasks running in this worker process (Celery's signals count them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def started(self, **_: Any) -> None:
+        with self._lock:
+            self._running += 1
+
+    def ended(self, **_: Any) -> None:
+        with self._lock:
+            self._running = max(self._running - 1, 0)
+
+    @property
+    def idle(self) -> bool:
+        return self._running == 0
+
+
+def split_once(ctx: WorkerContext) -> Split | None:
+    """Split one chunk if there is nothing to take and a split is worth it; sends the new chunk."""
+    queue = str(PHASES[Phase.RENDER].queue)
+    if ctx.ledger.queue_length(queue) > 0:
+        return None
+    jobs = []
+    for job_id in ctx.ledger.job_ids(JOBS_LOOKED_AT):
+        job = ctx.ledger.job(job_id)
+        if job.get("state") == JobState.RUNNING and job.get("plan_pending") != "1":
+            jobs.append((job, ctx.ledger.chunks(job_id)))
+    # The owner hears of a split at its next renewal (workers.lease renews every <= 2 s).
+    plan = choose(jobs, lag_s=min(ctx.settings.lease_renew_s, 2.0) + SLACK_S)
+    if plan is None:
+        return None
+    new = ctx.ledger.split_chunk(
+        plan.job_id,
+        plan.index,
+        token=plan.token,
+        last_frame=plan.last_frame,
+        chunks_total=plan.chunks_total,
+    )
+    if new is None:
+        return None
+    ctx.dispatch.send(Phase.RENDER, plan.job_id, new)
+    log.info("job %s: split chunk %d after frame %d; chunk %d takes %d frames", plan.job_id,
+             plan.index, plan.last_frame, new, plan.moved)  # fmt: skip
+    return plan
+
+
+def start(ctx: WorkerContext, activity: Activity | None = None) -> Activity:
+    """Look for a split every EVERY_S while this worker renders and has no task in hand."""
+    activity = activity or Activity()
+    task_prerun.connect(activity.started, weak=False)
+    task_postrun.connect(activity.ended, weak=False)
+    queue = str(PHASES[Phase.RENDER].queue)
+
+    def loop() -> None:
+        while not ctx.drain.active.wait(EVERY_S):
+            if not activity.idle or queue not in ctx.queues:
+                continue
+            try:
+                split_once(ctx)
+            except FarmError as exc:  # Redis may be restarting; look again later
+                log.warning("looking for a chunk to split failed: %s", exc)
+            except Exception:  # never let the splitter die quietly
+                log.exception("looking for a chunk to split raised")
+
+    threading.Thread(target=loop, daemon=True, name="splitter").start()
+    return activity
