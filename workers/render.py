@@ -278,7 +278,7 @@ def _run_blender(
         deadline = ctx.drain.deadline
         if deadline is None:
             return ""
-        remaining = len(todo) - len(uploader.done)
+        remaining = len(kept(todo, keeper.split_last)) - len(uploader.done)
         if spot.can_finish(
             remaining_frames=remaining,
             frame_time_s=progress.frame_time_s(),
