@@ -97,13 +97,15 @@ def test_paused_worker_and_its_replacement_leave_one_manifest_and_one_stitch(
         assert summary["state"] == "done", summary["error"]
         assert frame_count(farm, job_id, tmp_path) == 12
         store = farm.store()
-        assert len(store.keys(f"jobs/{job_id}/manifests/")) == 1
-        # The manifest is the winning attempt's, whichever worker that was (the frozen one may
-        # legitimately take the encode once it wakes up).
-        manifest = store.get_json(f"jobs/{job_id}/manifests/00000.json")
-        chunk = farm.ledger().chunk(job_id, 0)
-        assert manifest["attempt"] == int(chunk["token"].split(":")[0])
-        assert manifest["worker"] == chunk["worker"]
+        # One manifest per chunk (once awake, an idle worker may split the running chunk's
+        # tail off into a second chunk), each the winning attempt's, whichever worker that was.
+        total = int(farm.ledger().job(job_id)["chunks_total"])
+        assert len(store.keys(f"jobs/{job_id}/manifests/")) == total
+        for index in range(total):
+            manifest = store.get_json(f"jobs/{job_id}/manifests/{index:05d}.json")
+            chunk = farm.ledger().chunk(job_id, index)
+            assert manifest["attempt"] == int(chunk["token"].split(":")[0])
+            assert manifest["worker"] == chunk["worker"]
         gates = [e for e in farm.ledger().events(job_id) if e["event"] == "stitch-gate"]
         assert len(gates) == 1
         for worker in (frozen, other):

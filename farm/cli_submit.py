@@ -1,0 +1,314 @@
+"""`farm submit`: a scene or a master checked at the edge, priced or queued, and followed
+(registered on the `farm` group by farm.cli)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from farm.assets import Traced
+from farm.ledger import Ledger
+from farm.report import advance, job_summary, progress_bar, progress_line
+from farm.settings import Settings, load_settings
+from farm.spec import JobSpec, build_render_spec, check_scene_path, provenance
+
+
+def _settings(ctx: click.Context) -> Settings:
+    return load_settings(config_path=ctx.meta.get("config_path"))
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--frames", default=None, help="FIRST-LAST or FIRST-LAST:STEP (default: the scene's range)."
+)
+@click.option(
+    "--chunk-size",
+    default="auto",
+    show_default=True,
+    help="Frames per render chunk, or auto: sized from a probe of Blender start-up and frame time.",
+)
+@click.option(
+    "--resolution",
+    default=None,
+    help="WIDTHxHEIGHT (default: the scene's size and percentage; 3840x2160 encode).",
+)
+@click.option("--fps", type=float, default=None, help="Frame rate (default: the scene's).")
+@click.option("--samples", type=int, default=None, help="Render samples (default: the scene's).")
+@click.option(
+    "--engine", default=None, help="cycles, eevee or workbench (default: the scene's engine)."
+)
+@click.option("--camera", default=None, help="Camera object (default: the scene's active camera).")
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="Submit even if files the scene uses are missing here (recorded on the job).",
+)
+@click.option(
+    "--trusted-scripts",
+    is_flag=True,
+    help="Run the Python stored in the .blend (drivers, startup scripts). Off by default: only "
+    "for scenes from people you trust; recorded on the job.",
+)
+@click.option(
+    "--codec",
+    default="h264",
+    show_default=True,
+    help="h264, hevc, av1, hevc10 (10-bit Main10) or prores (ProRes 422 HQ in a .mov).",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["render", "transcode", "encode"]),
+    default=None,
+    help="Default: render for a .blend file, transcode for a video master (encode: the same).",
+)
+@click.option("--quality", type=int, default=None, help="Encode: CRF/CQ, lower is better.")
+@click.option("--encoder", default="auto", show_default=True, help="Encode: auto, nvenc, software.")
+@click.option("--preset", default="medium", show_default=True, help="Encode: x264-style preset.")
+@click.option("--segment-frames", type=int, default=None, help="Encode: frames per segment.")
+@click.option(
+    "--notify", default=None, callback=lambda _c, _p, v: _webhook_url(v),
+    help="POST the job's events (done, failed, paused, ...) to this URL, signed (X-Farm-Signature).",
+)  # fmt: skip
+@click.option("--wait", is_flag=True, help="Show progress until the job ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--estimate",
+    is_flag=True,
+    help="Plan and price the job (frames, chunks, GPU-hours, time, cost); queue nothing.",
+)
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Budget in dollars: the job pauses before passing it (default: settings).",
+)
+@click.option("--priority", type=click.IntRange(0, 100), default=50, show_default=True,
+              help="0..100, higher runs first.")  # fmt: skip
+@click.pass_context
+def submit(
+    ctx: click.Context,
+    path: Path,
+    frames: str | None,
+    chunk_size: str,
+    resolution: str | None,
+    fps: float | None,
+    samples: int | None,
+    engine: str | None,
+    camera: str | None,
+    allow_missing: bool,
+    trusted_scripts: bool,
+    codec: str,
+    kind: str | None,
+    quality: int | None,
+    encoder: str,
+    preset: str,
+    segment_frames: int | None,
+    notify: str | None,
+    wait: bool,
+    as_json: bool,
+    estimate: bool,
+    max_cost: float | None,
+    priority: int,
+) -> None:
+    """Submit a .blend scene to render, or a video master to transcode, into a video."""
+    from farm.jobs import submit as submit_job
+    from farm.spec import JobKind
+    from farm.transcode_spec import transcode_spec_from_file, vfr_note
+
+    default_kind = JobKind.RENDER if path.suffix.lower() == ".blend" else JobKind.TRANSCODE
+    if (JobKind.parse(kind) if kind else default_kind) is JobKind.TRANSCODE:
+        tools = _settings(ctx)
+        spec = transcode_spec_from_file(
+            path,
+            ffprobe=tools.ffprobe,
+            ffmpeg=tools.ffmpeg,
+            frames=frames,
+            resolution=resolution,
+            codec=codec,
+            quality=quality,
+            encoder=encoder,
+            preset=preset,
+            segment_frames=segment_frames,
+        )
+        if note := vfr_note(spec):
+            click.echo(note, err=True)
+        traced = None
+    else:
+        spec, traced = _render_spec(
+            path,
+            frames=frames,
+            chunk_size=chunk_size,
+            resolution=resolution,
+            fps=fps,
+            samples=samples,
+            engine=engine,
+            camera=camera,
+            codec=codec,
+            allow_missing=allow_missing,
+        )
+        spec = replace(spec, trusted_scripts=trusted_scripts)
+    settings = _settings(ctx).require_farm()
+    if estimate:
+        _print_estimate(settings, spec, path, traced, as_json)
+        return
+    done = submit_job(settings, spec, path, traced, priority=priority, max_cost=max_cost)
+    if notify:
+        from farm.webhooks import subscribe
+
+        subscribe(Ledger.from_url(settings.redis_url), done.job_id, notify)
+    if not wait:
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "id": done.job_id,
+                        "state": "queued",
+                        "chunks_total": done.chunks,
+                        "frames_total": done.frames,
+                        "source_key": done.source_key,
+                        "settings": provenance(spec),
+                        "assets": {
+                            "files": len(traced.manifest.assets) if traced else 0,
+                            "uploaded": done.assets_uploaded,
+                            "reused": done.assets_reused,
+                            "bytes_uploaded": done.assets_bytes_uploaded,
+                            "missing": list(traced.manifest.missing) if traced else [],
+                        },
+                    }
+                )
+            )
+        else:
+            click.echo(done.job_id)
+        return
+    if not as_json:
+        click.echo(f"job {done.job_id}: {done.frames} frames in {done.chunks} chunks", err=True)
+    summary = wait_for_job(settings, done.job_id, quiet=as_json)
+    if as_json:
+        summary["settings"] = provenance(spec)
+        click.echo(json.dumps(summary))
+    elif summary["state"] == "done":
+        click.echo(f"done: {summary['output']}  (farm fetch {done.job_id} DEST)")
+    ctx.exit(0 if summary["state"] == "done" else 1)
+
+
+def _webhook_url(value: str | None) -> str | None:
+    if value and not value.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL")
+    return value
+
+
+def _render_spec(
+    path: Path,
+    *,
+    frames: str | None,
+    chunk_size: str,
+    resolution: str | None,
+    fps: float | None,
+    samples: int | None,
+    engine: str | None,
+    camera: str | None,
+    codec: str,
+    allow_missing: bool,
+) -> tuple[JobSpec, Traced]:
+    """The scene's own settings, flags over them, and every file it uses; SpecError (exit 2)
+    for a damaged file or missing files, before anything is queued."""
+    from farm.assets import require_complete, trace_scene
+    from farm.blendfile import read_scene
+    from farm.spec import scene_resolution
+
+    check_scene_path(path)
+    scene = read_scene(path)
+    spec = build_render_spec(
+        source_name=path.name,
+        frames=frames,
+        chunk_size=chunk_size,
+        resolution=resolution,
+        fps=fps,
+        samples=samples,
+        codec=codec,
+        engine=engine,
+        camera=camera,
+        scene=scene,
+    )
+    if resolution is None and (note := scene_resolution(scene)[1]):
+        click.echo(f"note: {note}", err=True)
+    traced = trace_scene(path)
+    require_complete(traced.manifest, allow_missing=allow_missing)
+    for missing in traced.manifest.missing:
+        click.echo(f"warning: missing, rendering without it: {missing}", err=True)
+    for path_text in traced.manifest.unremapped:
+        click.echo(f"warning: absolute path inside a linked library: {path_text}", err=True)
+    return spec, traced
+
+
+def settings_text(settings: dict[str, dict[str, Any]]) -> str:
+    """`farm status` lines: each render setting, its value and where it came from."""
+    lines = ["  settings"]
+    for name, item in settings.items():
+        value = item["value"]
+        shown = ", ".join(value) if isinstance(value, list) else value
+        lines.append(f"    {name:<16} {shown!s:<24} ({item['from']})")
+    return "\n".join(lines)
+
+
+def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:
+    """Follow the job until it ends: a live bar on a terminal, a line per change in a log."""
+    ledger = Ledger.from_url(settings.redis_url)
+    tty = sys.stderr.isatty() and not quiet
+    bar = progress_bar()
+    task = bar.add_task("job", total=1, state="", chunks="", elapsed="", eta="")
+    last = ""
+    if tty:
+        bar.start()
+    try:
+        while True:
+            summary = job_summary(ledger.job(job_id), ledger.chunks(job_id))
+            if tty:
+                advance(bar, task, summary)
+            elif not quiet and (line := progress_line(summary)) != last:
+                click.echo(line, err=True)
+                last = line
+            if summary["state"] in ("done", "failed", "cancelled"):
+                break
+            time.sleep(0.5)
+    finally:
+        if tty:
+            bar.stop()
+    if not quiet and summary["state"] != "done":
+        click.echo(f"job {job_id} {summary['state']}: {summary['error']}", err=True)
+    return summary
+
+
+def _print_estimate(
+    settings: Settings, spec: JobSpec, path: Path, traced: Traced | None, as_json: bool
+) -> None:
+    """`submit --estimate`: what the job would take and cost; nothing of it is queued."""
+    from farm.cost import money
+    from farm.estimate import estimate_job
+
+    if not as_json:
+        click.echo("estimating (a short probe job runs if the farm has no timings of this scene)",
+                   err=True)  # fmt: skip
+    found = estimate_job(settings, spec, path, traced)
+    if as_json:
+        click.echo(json.dumps(found.to_json()))
+        return
+    e, m = found.estimate, found.measurement
+    click.echo(f"frames      {e.frames} in {e.chunks} chunks of {e.chunk_size} ({e.reason})")
+    click.echo(f"timings     {m.startup_s:.2f} s per chunk + {m.frame_s:.3f} s per frame "
+               f"({m.source or 'remembered'})")  # fmt: skip
+    click.echo(f"GPU-hours   {e.gpu_s_on_demand / 3600:.3f} on demand, "
+               f"{e.gpu_s_spot / 3600:.3f} on spot (reclaimed work included)")  # fmt: skip
+    click.echo(f"time        {e.makespan_s / 60:.1f} min on {found.workers} workers")
+    click.echo(f"cost        {money(e.cost_spot)} spot, {money(e.cost_on_demand)} on demand "
+               f"({found.instance_type}, {found.region}, prices of {found.prices_as_of})")  # fmt: skip
+    if found.probe_job:
+        click.echo(f"probe       job {found.probe_job}: {money(found.probe_cost)}, "
+                   f"{found.probe_s:.0f} s (its timings are remembered for this scene)")  # fmt: skip
