@@ -141,17 +141,10 @@ def submit(
             click.echo(note, err=True)
         traced = None
     else:
+        scene_flags = {"frames": frames, "resolution": resolution, "fps": fps,
+                       "samples": samples, "engine": engine, "camera": camera}  # fmt: skip
         spec, traced = _render_spec(
-            path,
-            frames=frames,
-            chunk_size=chunk_size,
-            resolution=resolution,
-            fps=fps,
-            samples=samples,
-            engine=engine,
-            camera=camera,
-            codec=codec,
-            allow_missing=allow_missing,
+            path, scene_flags, chunk_size=chunk_size, codec=codec, allow_missing=allow_missing
         )
         spec = replace(spec, trusted_scripts=trusted_scripts)
     settings = _settings(ctx).require_farm()
@@ -205,19 +198,9 @@ def _webhook_url(value: str | None) -> str | None:
 
 
 def _render_spec(
-    path: Path,
-    *,
-    frames: str | None,
-    chunk_size: str,
-    resolution: str | None,
-    fps: float | None,
-    samples: int | None,
-    engine: str | None,
-    camera: str | None,
-    codec: str,
-    allow_missing: bool,
+    path: Path, scene_flags: dict[str, Any], *, chunk_size: str, codec: str, allow_missing: bool
 ) -> tuple[JobSpec, Traced]:
-    """The scene's own settings, flags over them, and every file it uses; SpecError (exit 2)
+    """The scene's own settings, `scene_flags` (those given) over them, and every file it uses; SpecError (exit 2)
     for a damaged file or missing files, before anything is queued."""
     from farm.assets import require_complete, trace_scene
     from farm.blendfile import read_scene
@@ -226,18 +209,9 @@ def _render_spec(
     check_scene_path(path)
     scene = read_scene(path)
     spec = build_render_spec(
-        source_name=path.name,
-        frames=frames,
-        chunk_size=chunk_size,
-        resolution=resolution,
-        fps=fps,
-        samples=samples,
-        codec=codec,
-        engine=engine,
-        camera=camera,
-        scene=scene,
+        source_name=path.name, chunk_size=chunk_size, codec=codec, scene=scene, **scene_flags
     )
-    if resolution is None and (note := scene_resolution(scene)[1]):
+    if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
         click.echo(f"note: {note}", err=True)
     traced = trace_scene(path)
     require_complete(traced.manifest, allow_missing=allow_missing)

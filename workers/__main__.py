@@ -8,7 +8,6 @@ they know about the instance going away.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import os
@@ -18,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import click
 from celery import Celery
 from celery.signals import worker_ready, worker_shutting_down
 
@@ -95,26 +95,37 @@ def stop_consuming(app: Celery, name: str, queues: list[str]) -> None:
             log.warning("could not cancel the %s consumer: %s", queue, exc)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m workers")
-    parser.add_argument("--queues", default="auto")
-    parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--name", default=default_worker_name())
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--loglevel", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.loglevel, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--queues",
+    "queue_spec",
+    default="auto",
+    show_default=True,
+    help="auto (from the hardware probe) or a list such as render,encode,stitch.",
+)
+@click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option("--name", default=default_worker_name, show_default="farm@HOSTNAME")
+@click.option(
+    "--threads",
+    type=click.IntRange(0, 1024),
+    default=0,
+    show_default=True,
+    help="CPU threads Blender may use; 0: all.",
+)
+@click.option("--loglevel", default="INFO", show_default=True)
+def main(queue_spec: str, concurrency: int, name: str, threads: int, loglevel: str) -> None:
+    """Run a farm worker: probe the hardware, then serve the queues it can (what `farm worker`
+    and `farm up` start)."""
+    logging.basicConfig(level=loglevel, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()
     caps = gpu.probe(blender=settings.blender, ffmpeg=settings.ffmpeg)
-    queues = caps.queues() if args.queues == "auto" else [q.strip() for q in args.queues.split(",")]
+    queues = caps.queues() if queue_spec == "auto" else [q.strip() for q in queue_spec.split(",")]
     try:
         check_host(settings, queues)
     except ConfigError as exc:
         raise SystemExit(f"farm worker: {exc}") from None
     app = make_app(settings)
-    ctx = build_context(settings, app, args.name, args.threads, caps, queues)
+    ctx = build_context(settings, app, name, threads, caps, queues)
     ctx.ledger.meter = meter_fields(settings)
     register(app, lambda: ctx)
     for module in filter(None, os.environ.get("FARM_TASK_PLUGINS", "").split(",")):
@@ -124,11 +135,11 @@ def main(argv: list[str] | None = None) -> None:
 
     def on_interruption(notice: Interruption) -> None:
         ctx.drain.start(f"spot {notice.action} notice", deadline=notice.deadline)
-        stop_consuming(app, args.name, queues)
+        stop_consuming(app, name, queues)
 
     def on_rebalance(notice: Rebalance) -> None:
         ctx.drain.start("rebalance recommendation")
-        stop_consuming(app, args.name, queues)
+        stop_consuming(app, name, queues)
 
     watcher = SpotWatcher(
         settings.imds_url, on_interruption=on_interruption, on_rebalance=on_rebalance
@@ -147,16 +158,16 @@ def main(argv: list[str] | None = None) -> None:
 
     _start_heartbeat(ctx, queues)
     splitter.start(ctx)  # no idle tail: split a running chunk when there is nothing to take
-    log.info("worker %s serving %s (Cycles: %s, NVENC: %s)", args.name, ",".join(queues),
+    log.info("worker %s serving %s (Cycles: %s, NVENC: %s)", name, ",".join(queues),
              caps.cycles_device, caps.nvenc)  # fmt: skip
     app.worker_main(
         [
             "worker",
             "--queues", ",".join(queues),
             "--pool", "threads",
-            "--concurrency", str(args.concurrency),
-            "--hostname", args.name,
-            "--loglevel", args.loglevel,
+            "--concurrency", str(concurrency),
+            "--hostname", name,
+            "--loglevel", loglevel,
             "--task-events",
             "--without-gossip",
             "--without-mingle",
@@ -186,4 +197,4 @@ def _start_heartbeat(ctx: WorkerContext, queues: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="python -m workers")

@@ -10,6 +10,8 @@ import logging
 import shutil
 from dataclasses import asdict, dataclass
 
+import ffmpeg as ffmpeg_lib
+
 from farm import proc
 from farm.errors import PermanentError
 from farm.pipeline import Queue
@@ -108,25 +110,12 @@ def best_device(devices: tuple[str, ...], gpus: tuple[str, ...]) -> str:
 
 def nvenc_works(ffmpeg: str) -> tuple[bool, str]:
     """Encode one black frame with h264_nvenc; the only test that tells an encoder is there."""
-    argv = [
-        ffmpeg,
-        "-hide_banner",
-        "-nostdin",
-        "-loglevel",
-        "error",
-        "-f",
-        "lavfi",
-        "-i",
-        "color=c=black:s=256x256:d=0.04",
-        "-frames:v",
-        "1",
-        "-c:v",
-        "h264_nvenc",
-        "-f",
-        "null",
-        "-",
-    ]
-    result = proc.capture(argv, 60)
+    one_frame = (
+        ffmpeg_lib.input("color=c=black:s=256x256:d=0.04", f="lavfi")
+        .output("-", f="null", vcodec="h264_nvenc", **{"frames:v": 1})
+        .global_args("-hide_banner", "-nostdin", "-loglevel", "error")
+    )
+    result = proc.capture(one_frame.compile(cmd=ffmpeg), 60)
     if result.returncode == 0:
         return True, ""
     reason = (result.stderr.strip().splitlines() or ["h264_nvenc failed"])[-1]
