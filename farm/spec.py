@@ -319,6 +319,11 @@ def build_render_spec(
         raise SpecError(
             f"--camera {camera!r}: the scene has no such camera; it has {', '.join(scene.cameras)}"
         )
+    if scene is not None and camera is None and scene.camera is None:
+        # Blender renders nothing without a camera: say so now, not after three attempts.
+        raise SpecError(
+            "the scene has no active camera; set one in Blender (Scene > Camera) or pass --camera"
+        )
     if scene is None:
         parsed_frames = parse_frames(frames or "1-120")
         size = parse_resolution(resolution or "1920x1080")

@@ -74,9 +74,15 @@ def test_a_denoised_exr_scene_keeps_exr_frames_and_makes_a_video(
     assert b"ViewLayer" in head or b"Beauty" in head  # multilayer: channels named by layer
 
 
-def test_a_workbench_scene_renders(local_farm: LocalFarm, tmp_path: Path) -> None:
-    summary = _render(local_farm, FIXTURES / "workbench.blend", "--resolution", "160x90")
-    assert summary["settings"]["engine"]["value"] == "BLENDER_WORKBENCH"
-    assert summary["settings"]["frames"] == {"value": "5-5", "from": "scene"}
+def test_a_workbench_render_of_a_scene(local_farm: LocalFarm, tmp_path: Path) -> None:
+    summary = _render(local_farm, SAVED_BY_5_0 / "eevee-5.0.blend", "--engine", "BLENDER_WORKBENCH")
+    assert summary["settings"]["engine"] == {"value": "BLENDER_WORKBENCH", "from": "flag"}
     video = _video(local_farm, summary["id"], tmp_path)
-    assert (int(video["nb_read_frames"]), video["width"], video["height"]) == (1, 160, 90)
+    assert (int(video["nb_read_frames"]), video["width"], video["height"]) == (2, 32, 32)
+
+
+def test_a_scene_without_a_camera_is_refused_at_submit(local_farm: LocalFarm) -> None:
+    before = local_farm.farm("jobs", "--json", check=True).stdout
+    result = local_farm.farm("submit", str(FIXTURES / "workbench.blend"))
+    assert result.returncode == 2 and "no active camera" in result.stderr, result.stderr
+    assert local_farm.farm("jobs", "--json", check=True).stdout == before
