@@ -1,5 +1,5 @@
 """The simulator against a real local farm on the same small case. S and F are measured on this
-machine (one direct Blender run per worker at once, before and after the farm run; an encode and
+machine (one direct run of the farm's render script with its Blender per worker at once, before and after the farm run; an encode and
 a stitch), then the simulator predicts the job's makespan and the farm renders it; they must
 agree within TOLERANCE, and within IN_RUN_TOLERANCE given what the workers measured in the run.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import statistics
 import time
@@ -33,16 +34,23 @@ FRAMES, CHUNK, WIDTH, HEIGHT, SAMPLES = 24, 6, 320, 180, 4
 
 
 def _blender(out: Path) -> list[float]:
-    """One one-thread Blender run of a chunk: seconds from launch to each `Saved:` line."""
-    started = time.monotonic()
-    saved: list[float] = []
-    argv = blender.render_argv(
-        blender="blender", scene=SCENE, out_dir=out, frames=list(range(1, CHUNK + 1)),
+    """One one-thread run of the farm's own render script with the farm's Blender (the bpy
+    wheel, as the workers run it): seconds from launch to each frame it announces."""
+    out.mkdir(parents=True, exist_ok=True)
+    nonce = secrets.token_hex(16)
+    job = blender.job_file(
+        scene=SCENE, out_dir=out, frames=list(range(1, CHUNK + 1)), nonce=nonce,
         settings=blender.RenderSettings(width=WIDTH, height=HEIGHT, samples=SAMPLES, threads=1),
     )  # fmt: skip
+    job_path = out / "job.json"
+    job_path.write_text(json.dumps(job))
+    argv = blender.script_argv(blender=blender.WHEEL, job_path=job_path)
+    started = time.monotonic()
+    saved: list[float] = []
 
     def on_line(line: str) -> None:
-        if blender.saved_frame(line):
+        parsed = blender.script_line(line, nonce)
+        if parsed is not None and parsed.kind == "FRAME":
             saved.append(time.monotonic() - started)
 
     assert run(argv, on_line=on_line).ok and len(saved) == CHUNK
