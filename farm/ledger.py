@@ -25,13 +25,9 @@ from farm.chunking import Measurement
 from farm.errors import FarmError, LedgerError, UnreachableError
 from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, SPLIT, START_STITCH
 from farm.pipeline import (
-    PHASES,
-    STITCH,
     job_sources_of,
-    kind_of,
     running_states,
     sources_of,
-    waiting_for,
 )
 from farm.plan import Chunk
 from farm.spec import JobSpec
@@ -559,33 +555,6 @@ class Ledger:
             if now - float(info.get("seen", 0)) <= max_age_s:
                 alive[name] = info
         return alive
-
-    def workers_per_queue(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for info in self.workers().values():
-            if info.get("draining"):
-                continue
-            for queue in info.get("queues", []):
-                counts[queue] = counts.get(queue, 0) + 1
-        return counts
-
-    def queue_depths(self, limit: int = 1000) -> dict[str, int]:
-        """Chunks waiting per queue across unfinished jobs, each counted on the queue of the
-        phase it waits for; stitching jobs on the stitch queue."""
-        depths = {str(spec.queue): 0 for spec in (*PHASES.values(), STITCH)}
-        for job_id in self.job_ids(limit):
-            job = self.job(job_id)
-            state = job.get("state", "")
-            if state == JobState.STITCHING:
-                depths[STITCH.queue] += 1
-            if state not in (JobState.QUEUED, JobState.RUNNING):
-                continue
-            kind = kind_of(job)
-            for chunk in self.chunks(job_id):
-                phase = waiting_for(kind, chunk.get("state", ""))
-                if phase is not None:
-                    depths[phase.queue] += 1
-        return depths
 
     def event(self, job_id: str, kind: str, **data: Any) -> None:
         entry = json.dumps({"t": round(time.time(), 3), "event": kind, **data}, default=str)

@@ -23,7 +23,7 @@ from farm import keys
 from farm.errors import ChunkInterrupted, LeaseLost, PermanentError
 from farm.pipeline import PhaseSpec
 from farm.proc import Result, Running, run
-from farm.sandbox import Box, wrap
+from farm.sandbox import Box, unwrapped_returncode, wrap
 from farm.spec import JobSpec
 from farm.store import sha256_file
 from workers.context import WorkerContext
@@ -32,7 +32,6 @@ from workers.lease import LeaseKeeper
 log = logging.getLogger(__name__)
 _local = threading.local()
 _STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
-_SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
 def hold(token: str) -> None:
@@ -146,9 +145,7 @@ class ChunkAttempt:
         self.check_lease(f"while {what} ran")
         if self.keeper.stopped_for:
             raise ChunkInterrupted(f"chunk {self.index}: {self.keeper.stopped_for}")
-        code = result.returncode
-        if box is not None and code > 128 and code - 128 in _SIGNALS:
-            code = 128 - code  # bwrap reports its child's death by a signal as 128 + the signal
+        code = result.returncode if box is None else unwrapped_returncode(result.returncode)
         stopped = code in _STOP_SIGNALS
         if not result.ok and stopped and (self.ctx.drain.active.is_set() or result.stopped):
             # Stopped because the worker is going away, not a crash of the scene or the encode.
