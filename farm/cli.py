@@ -17,7 +17,7 @@ import click
 from farm import keys
 from farm.cli_control import COMMANDS as CONTROL_COMMANDS
 from farm.cli_submit import settings_text, submit, wait_for_job
-from farm.errors import FarmError, SpecError
+from farm.errors import ConfigError, FarmError, SpecError
 from farm.ledger import Ledger
 from farm.report import (
     jobs_table,
@@ -62,6 +62,8 @@ def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not debug:  # urllib3 warns per retry of a refused certificate; the error says it once
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
     ctx.meta["debug"] = debug
     ctx.meta["config_path"] = config_path or default_config_path(os.environ)
 
@@ -80,18 +82,29 @@ def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
     default=0,
     help="CPU threads per worker's Blender (0: all).",
 )
+@click.option(
+    "--tls",
+    "use_tls",
+    is_flag=True,
+    help="Every connection over TLS, verified against a CA made for this farm at first start.",
+)
 @click.pass_context
-def up(ctx: click.Context, data: Path | None, workers: int, threads: int) -> None:
+def up(ctx: click.Context, data: Path | None, workers: int, threads: int, use_tls: bool) -> None:
     """Start a whole farm on this machine (loopback only)."""
     from farm import local
 
     data = data or Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "farm"
-    settings, started = local.up(data, workers, ctx.meta["config_path"], _settings(ctx), threads)
+    settings, started = local.up(
+        data, workers, ctx.meta["config_path"], _settings(ctx), threads, use_tls=use_tls
+    )
     if not started:
         click.echo(f"farm is already up (data in {data.resolve()}); `farm down` stops it")
         return
     click.echo(f"farm is up; data in {settings.data_dir}")
-    click.echo(f"  redis    {settings.redis_url.split('@')[-1]} (password in the config file)")
+    where = settings.redis_url.split("@")[-1].split("?")[0]
+    click.echo(f"  redis    {where} (password in the config file)")
+    if settings.tls_cert_file:
+        click.echo(f"  tls      every connection; the farm's CA is {settings.ca_file}")
     click.echo(f"  s3       {settings.s3_endpoint} bucket {settings.s3_bucket}")
     click.echo(f"  workers  {workers}")
     click.echo(
@@ -289,7 +302,26 @@ def flower(ctx: click.Context, address: str, port: int) -> None:
         "FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password}",
     }
     argv = [sys.executable, "-m", "celery", "flower", f"--address={address}", f"--port={port}"]
+    if settings.tls_cert_file:
+        argv += [f"--certfile={settings.tls_cert_file}", f"--keyfile={settings.tls_key_file}"]
     os.execve(sys.executable, argv, env)
+
+
+@cli.command("store-security", hidden=True)
+@click.argument("home", type=click.Path(path_type=Path))
+def store_security(home: Path) -> None:
+    """Write SeaweedFS's security.toml and the store's CA under HOME (docker-compose.yml's
+    `s3-security` step): every SeaweedFS port but S3 then wants its client certificate, and the
+    filer and volume their JWTs, signed with $FARM_WEED_JWT_KEY."""
+    from farm import weedsec
+
+    key = os.environ.get("FARM_WEED_JWT_KEY", "")
+    if len(key) < 32:
+        raise ConfigError(
+            "set FARM_WEED_JWT_KEY to 32 or more random characters (openssl rand -hex 32)"
+        )
+    path = weedsec.write_home(home, home / "tls", dict.fromkeys(weedsec.JWT_SECRETS, key))
+    click.echo(f"wrote {path}")
 
 
 @cli.command()
@@ -310,7 +342,8 @@ def web(ctx: click.Context, address: str, port: int) -> None:
         user=settings.flower_user,
         password=settings.flower_password,
     )
-    serve(app, address, port)
+    tls_files = (settings.tls_cert_file, settings.tls_key_file) if settings.tls_cert_file else None
+    serve(app, address, port, tls_files)
 
 
 @cli.command()

@@ -56,6 +56,11 @@ def _wrapped(what: str) -> Iterator[None]:
     try:
         yield
     except redis.ConnectionError as exc:
+        if "certificate" in str(exc).lower():  # a wrong CA or host name is no outage
+            raise UnreachableError(
+                f"Redis's certificate was refused while trying to {what} ({exc}); set "
+                "ssl_ca_certs= in FARM_REDIS_URL to the CA that signed it, and use the name on it"
+            ) from exc
         raise UnreachableError(f"Redis does not answer while trying to {what}: {exc}") from exc
     except redis.RedisError as exc:
         raise LedgerError(f"Redis refused to {what}: {exc}") from exc

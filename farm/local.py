@@ -4,6 +4,10 @@ Redis (password, append-only), SeaweedFS's S3 API (an identity file, so wrong ke
 Celery workers, Flower and `farm web` (job pages and /metrics; both basic auth) and the
 reconciler, each a process group recorded by pid.
 Everything lives under one data directory and survives `farm down` / `farm up`.
+
+With `tls` (`farm up --tls`) every connection is TLS, verified against the farm's own CA
+(farm.tls): Redis listens on its TLS port only, the S3 gateway, Flower and `farm web` serve https,
+and every client (the CLI, Celery, the ledger, boto3, ffmpeg) refuses any other certificate.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import sys
 import time
 import urllib.error
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from farm import proc, weedsec
+from farm import proc, tls, weedsec
 from farm.errors import ConfigError, FarmError, UnreachableError
 from farm.ledger import Ledger
 from farm.private import private_dir, write_private
@@ -151,10 +156,11 @@ def _wait_for(what: str, check: Any, timeout_s: float, log_path: Path) -> None:
     )
 
 
-def _http_answers(url: str) -> None:
+def _http_answers(url: str, ca_file: str) -> None:
     """Any HTTP answer will do (Flower says 401 without credentials): the server is up."""
+    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
     try:
-        urllib.request.urlopen(url + "/healthcheck", timeout=2).close()
+        urllib.request.urlopen(url + "/healthcheck", timeout=2, context=context).close()
     except urllib.error.HTTPError:
         return
     except (urllib.error.URLError, OSError) as exc:
@@ -166,12 +172,19 @@ def _enough(have: int, want: int) -> None:
         raise UnreachableError(f"{have} of {want} registered")
 
 
-def _start_redis(farm: Farm, password: str) -> None:
+def _start_redis(farm: Farm, password: str, certs: tuple[Path, Path, Path] | None) -> None:
     redis_dir = private_dir(farm.data / "redis")
     conf = redis_dir / "redis.conf"
+    listen = f"port {farm.ports['redis']}\n"
+    if certs:  # the TLS port only: nothing on this host speaks plain text to Redis
+        ca, cert, key = (redis_quoted(str(p)) for p in certs)
+        listen = (
+            f"port 0\ntls-port {farm.ports['redis']}\ntls-cert-file {cert}\n"
+            f"tls-key-file {key}\ntls-ca-cert-file {ca}\ntls-auth-clients no\n"
+        )
     write_private(
         conf,
-        f"bind {HOST}\nport {farm.ports['redis']}\nrequirepass {redis_quoted(password)}\n"
+        f"bind {HOST}\n{listen}requirepass {redis_quoted(password)}\n"
         f'appendonly yes\nappendfsync everysec\nsave ""\ndir {redis_quoted(str(redis_dir))}\n'
         "protected-mode yes\nmaxmemory-policy noeviction\n",
     )
@@ -181,7 +194,7 @@ def _start_redis(farm: Farm, password: str) -> None:
     )
 
 
-def _start_weed(farm: Farm, keys: dict[str, str]) -> None:
+def _start_weed(farm: Farm, keys: dict[str, str], https: bool) -> None:
     s3_dir = private_dir(farm.data / "s3")
     identities = s3_dir / "identities.json"
     write_private(
@@ -217,11 +230,10 @@ def _start_weed(farm: Farm, keys: dict[str, str]) -> None:
     ]
     argv += [f"-{name}={farm.ports['weed.' + name]}" for name in _WEED_PORTS]
     # weed reads $HOME/.seaweedfs/security.toml: every port but S3 wants the farm's certificate.
-    tls_dir = s3_dir / "tls"
-    weedsec.ensure_certs(tls_dir)
-    write_private(
-        private_dir(s3_dir / ".seaweedfs") / "security.toml", weedsec.security_toml(tls_dir, keys)
-    )
+    tls_dir = farm.data / "tls"
+    weedsec.write_home(s3_dir, tls_dir, keys)
+    if https:  # the S3 port itself serves https (weed serves TLS there when given a cert)
+        argv += [f"-s3.cert.file={tls_dir / tls.CERT}", f"-s3.key.file={tls_dir / tls.KEY}"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(s3_dir)}
     farm.pids["s3"] = proc.spawn_daemon(argv, log_path=farm.data / "logs/s3.log", env=env)
 
@@ -231,7 +243,13 @@ def _farm_cmd(*args: str) -> list[str]:
 
 
 def up(
-    data: Path, workers: int, config_path: Path, base: Settings, threads: int = 0
+    data: Path,
+    workers: int,
+    config_path: Path,
+    base: Settings,
+    threads: int = 0,
+    *,
+    use_tls: bool = False,
 ) -> tuple[Settings, bool]:
     """Start the farm, or report that it is up already. Returns (settings, started)."""
     data = data.resolve()
@@ -258,17 +276,25 @@ def up(
         while name not in farm.ports or list(farm.ports.values()).count(farm.ports[name]) > 1:
             farm.ports[name] = free_port()
     farm.pids = {}
+    certs = tls.ensure_local_ca(data / "tls")
+    ca, cert, key = certs
+    scheme = "https" if use_tls else "http"
     redis_url = f"redis://:{keys['redis_password']}@{HOST}:{farm.ports['redis']}/0"
+    if use_tls:
+        redis_url = tls.rediss_url(keys["redis_password"], HOST, farm.ports["redis"], ca)
     settings = base.replace(
         redis_url=redis_url,
-        s3_endpoint=f"http://{HOST}:{farm.ports['weed.s3.port']}",
+        s3_endpoint=f"{scheme}://{HOST}:{farm.ports['weed.s3.port']}",
         s3_bucket="farm",
         s3_access_key=keys["s3_access_key"],
         s3_secret_key=keys["s3_secret_key"],
-        flower_url=f"http://{HOST}:{farm.ports['flower']}",
+        flower_url=f"{scheme}://{HOST}:{farm.ports['flower']}",
         flower_user=keys["flower_user"],
         flower_password=keys["flower_password"],
-        web_url=f"http://{HOST}:{farm.ports['web']}",
+        web_url=f"{scheme}://{HOST}:{farm.ports['web']}",
+        ca_file=str(ca) if use_tls else Settings.model_fields["ca_file"].default,
+        tls_cert_file=str(cert) if use_tls else "",
+        tls_key_file=str(key) if use_tls else "",
         webhook_secret=base.webhook_secret or keys["webhook_secret"],
         data_dir=str(data),
         scratch_dir=str(data / "scratch"),
@@ -277,10 +303,10 @@ def up(
     save_settings(settings, config_path)
     env = {**os.environ, "FARM_CONFIG": str(config_path)}
     try:
-        _start_redis(farm, keys["redis_password"])
-        _start_weed(farm, keys)
+        _start_redis(farm, keys["redis_password"], certs if use_tls else None)
+        _start_weed(farm, keys, https=use_tls)
         farm.save()
-        ledger = Ledger.from_url(redis_url)
+        ledger = Ledger.from_url(settings.redis_url)
         _wait_for("Redis", ledger.ping, 30, data / "logs/redis.log")
         store = Store.from_settings(settings)
         _wait_for("the S3 server", store.ensure_bucket, 90, data / "logs/s3.log")
@@ -317,9 +343,17 @@ def up(
         )
         farm.save()
         _wait_for(
-            "Flower", lambda: _http_answers(settings.flower_url), 60, data / "logs/flower.log"
+            "Flower",
+            lambda: _http_answers(settings.flower_url, settings.ca_file),
+            60,
+            data / "logs/flower.log",
         )
-        _wait_for("farm web", lambda: _http_answers(settings.web_url), 60, data / "logs/web.log")
+        _wait_for(
+            "farm web",
+            lambda: _http_answers(settings.web_url, settings.ca_file),
+            60,
+            data / "logs/web.log",
+        )
         _wait_for(
             f"{workers} workers",
             lambda: _enough(len(ledger.workers()), workers),

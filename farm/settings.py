@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -106,7 +107,12 @@ class Settings(BaseSettings):
     """How Blender is boxed: `bwrap` (bubblewrap, required on the host) or `off` (no box: only
     for hosts without bwrap that render scenes you trust)."""
     ca_file: str = "/etc/ssl/certs/ca-certificates.crt"
-    """CA bundle ffmpeg/ffprobe verify https presigned URLs against."""
+    """CA bundle every https connection is verified against: boto3 to an https S3 endpoint,
+    ffmpeg/ffprobe reading presigned URLs, the CLI to Flower and `farm web` (`farm up --tls`
+    sets it to the farm's own CA)."""
+    tls_cert_file: str = ""
+    """Certificate Flower and `farm web` serve https with (empty: plain http on loopback)."""
+    tls_key_file: str = ""
     max_chunks: int = Field(10_000, ge=1)
     """Cap on chunks per job: each chunk costs the ledger about 1.5 KB of Redis."""
     data_dir: str = ""
@@ -124,6 +130,27 @@ class Settings(BaseSettings):
     @classmethod
     def _verified_tls(cls, url: str) -> str:
         return verified_redis_url(url)
+
+    @field_validator("s3_endpoint", "flower_url", "web_url", "notify_url")
+    @classmethod
+    def _web_url(cls, url: str) -> str:
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return url
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> Settings:
+        if self.s3_endpoint.startswith("https://") and not Path(self.ca_file).is_file():
+            raise ValueError(
+                f"ca_file {self.ca_file}: no such file, so the https S3 endpoint cannot be "
+                "verified; set FARM_CA_FILE to the CA that signed its certificate"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both or neither")
+        for path in (self.tls_cert_file, self.tls_key_file):
+            if path and not Path(path).is_file():
+                raise ValueError(f"{path}: no such file (tls_cert_file/tls_key_file)")
+        return self
 
     @property
     def lease_renew_s(self) -> float:
@@ -203,6 +230,8 @@ def load_settings(
     except ValidationError as exc:
         problems = "; ".join(
             f"{ENV_PREFIX}{'.'.join(map(str, e['loc'])).upper()} ({e['loc'][0]}): {e['msg']}"
+            if e["loc"]
+            else e["msg"].removeprefix("Value error, ")
             for e in exc.errors()
         )
         raise ConfigError(

@@ -24,6 +24,7 @@ from botocore.exceptions import (
     ClientError,
     EndpointConnectionError,
     NoCredentialsError,
+    SSLError,
 )
 
 from farm.errors import StoreError, StoreRefused, UnreachableError
@@ -96,10 +97,23 @@ def _refused(exc: ClientError, what: str) -> StoreError | StoreRefused:
     return StoreError(f"the object store refused to {what}: {code}")
 
 
+def _tls_reason(exc: Exception) -> str:
+    """OpenSSL's own words (`certificate verify failed: unable to get local issuer
+    certificate`), without the URL and source line botocore wraps them in."""
+    text = str(exc)
+    start = text.find("certificate verify failed")
+    return text[start:].split(" (_ssl")[0] if start >= 0 else text[-200:]
+
+
 @contextmanager
 def _wrapped(what: str) -> Iterator[None]:
     try:
         yield
+    except SSLError as exc:  # before EndpointConnectionError: a wrong CA or name is no outage
+        raise StoreRefused(
+            f"cannot {what}: the S3 endpoint's certificate was refused ({_tls_reason(exc)}); set "
+            "FARM_CA_FILE to the CA that signed it and use the name on it"
+        ) from exc
     except EndpointConnectionError as exc:
         raise UnreachableError(f"the object store does not answer while trying to {what}") from exc
     except ClientError as exc:
@@ -136,6 +150,8 @@ class Store:
         }
         if settings.s3_endpoint:
             kwargs["endpoint_url"] = settings.s3_endpoint
+        if settings.s3_endpoint.startswith("https://"):
+            kwargs["verify"] = settings.ca_file  # a private CA's endpoint, verified against it
         if settings.s3_access_key:
             kwargs["aws_access_key_id"] = settings.s3_access_key
             kwargs["aws_secret_access_key"] = settings.s3_secret_key

@@ -27,6 +27,7 @@ from farm.exporter import registry_for, scrape
 from farm.ledger import Ledger
 from farm.report import job_summary
 from farm.store import Store
+from farm.tls import server_context
 
 log = logging.getLogger(__name__)
 StartResponse = Callable[..., Any]
@@ -187,8 +188,16 @@ class _Quiet(WSGIRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
 
-def serve(app: FarmWeb, host: str, port: int) -> None:
-    """Serve until stopped (SIGTERM from `farm down`)."""
+def serve(app: FarmWeb, host: str, port: int, tls_files: tuple[str, str] | None = None) -> None:
+    """Serve until stopped (SIGTERM from `farm down`); https when given (cert, key) files."""
     with make_server(host, port, app, server_class=_Server, handler_class=_Quiet) as server:
-        log.info("farm web on http://%s:%d (metrics at /metrics)", host, port)
+        if tls_files:
+            context = server_context(*tls_files)
+            # The handshake runs on first read, in the request's thread: a slow client never
+            # holds up accept().
+            server.socket = context.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
+        scheme = "https" if tls_files else "http"
+        log.info("farm web on %s://%s:%d (metrics at /metrics)", scheme, host, port)
         server.serve_forever()

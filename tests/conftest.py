@@ -92,7 +92,9 @@ def require_tools() -> None:
         )
 
 
-def start_farm(base: Path, workers: int = 2, extra_env: dict[str, str] | None = None) -> LocalFarm:
+def start_farm(
+    base: Path, workers: int = 2, extra_env: dict[str, str] | None = None, *up_args: str
+) -> LocalFarm:
     require_tools()
     config = base / "config.json"
     env = {
@@ -105,7 +107,9 @@ def start_farm(base: Path, workers: int = 2, extra_env: dict[str, str] | None = 
         **(extra_env or {}),
     }
     farm = LocalFarm(data=base / "data", config=config, env=env)
-    farm.farm("up", "--data", str(farm.data), "--workers", str(workers), check=True, timeout=180)
+    farm.farm(
+        "up", "--data", str(farm.data), "--workers", str(workers), *up_args, check=True, timeout=180
+    )
     return farm
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm import keys
-from farm.errors import FarmError, PermanentError, TransientError
+from farm.errors import FarmError, PermanentError, StoreRefused, TransientError
 from farm.ledger import Ledger
 from farm.spec import JobSpec
 from farm.store import Store, sha256_file
@@ -74,6 +74,9 @@ class FrameUploader:
         text = "; ".join(str(e) for e in self.errors[:5])
         if all(isinstance(e, TransientError) for e in self.errors):
             raise TransientError(f"{len(self.errors)} frame uploads failed: {text}")
+        refused = [e for e in self.errors if isinstance(e, StoreRefused)]
+        if refused:  # the store said no (403, no bucket, full): another try would hear the same
+            raise StoreRefused(f"{len(self.errors)} frame uploads failed: {refused[0]}")
         raise PermanentError(f"{len(self.errors)} frame uploads failed: {text}")
 
     def finish(self) -> None:

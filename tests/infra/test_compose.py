@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import click
@@ -91,7 +96,13 @@ def test_the_argv_check_rejects_what_farm_would_reject() -> None:
 
 
 def test_every_service_has_a_healthcheck(compose: dict[str, Any]) -> None:
+    """Every long-running service; a one-shot step is waited for by its exit code instead."""
     for name, service in compose["services"].items():
+        if service.get("restart") == "no":
+            waiting = [s["depends_on"][name]["condition"] for s in compose["services"].values()
+                       if name in s.get("depends_on", {})]  # fmt: skip
+            assert waiting == ["service_completed_successfully"] * len(waiting) != [], name
+            continue
         assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
 
@@ -132,13 +143,48 @@ def test_compose_uses_the_farm_settings_names(compose: dict[str, Any]) -> None:
     assert {"FARM_FLOWER_USER", "FARM_FLOWER_PASSWORD"} <= set(flower)
 
 
-def test_seaweedfs_filer_and_volume_ports_demand_jwts(compose: dict[str, Any]) -> None:
-    """Every container on the network reaches SeaweedFS's filer and volume ports; reads and writes
-    there need JWTs signed with a key only SeaweedFS holds, and only S3 is published."""
-    s3 = compose["services"]["s3"]
-    env = s3["environment"]
-    for name in ("WEED_JWT_SIGNING_KEY", "WEED_JWT_SIGNING_READ_KEY",
-                 "WEED_JWT_FILER_SIGNING_KEY", "WEED_JWT_FILER_SIGNING_READ_KEY"):  # fmt: skip
-        assert str(env[name]).startswith("${FARM_WEED_JWT_KEY:?"), name
+def test_every_seaweedfs_port_but_s3_wants_the_stores_certificate(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """Every container on the network reaches SeaweedFS's master, volume, filer and admin ports,
+    HTTP and gRPC; the one-shot `s3-security` step writes, with `farm up`'s own code, the
+    security.toml that makes each want the store's client certificate (and the filer and volume
+    JWTs), into the volume the s3 service reads as $HOME. Only S3 is published."""
+    services = compose["services"]
+    s3, step = services["s3"], services["s3-security"]
+    assert s3["depends_on"]["s3-security"]["condition"] == "service_completed_successfully"
+    home = s3["environment"]["HOME"]
+    [mount] = [v for v in s3["volumes"] if v.split(":")[1] == home]
+    assert mount.endswith(":ro") and mount.split(":")[0] in compose["volumes"]
+    command = step["command"]
+    assert (
+        command[0] == "store-security" and f"{mount.split(':')[0]}:{command[1]}" in step["volumes"]
+    )
+    assert step["network_mode"] == "none" and step["cap_drop"] == ["ALL"] and step["read_only"]
+    assert str(step["environment"]["FARM_WEED_JWT_KEY"]).startswith("${FARM_WEED_JWT_KEY:?")
+    assert "-ip=127.0.0.1" in s3["command"]  # the name on the store's certificate
     assert [str(p).rsplit(":", 1)[-1] for p in s3.get("ports", [])] == ["8333"]
     assert "expose" not in s3
+
+    # The step itself, as the container runs it (its entrypoint is `farm`).
+    key = "k" * 40
+    done = subprocess.run(
+        [sys.executable, "-m", "farm", *command[:1], str(tmp_path)],
+        env={**os.environ, "FARM_WEED_JWT_KEY": key}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    toml = tomllib.loads((tmp_path / ".seaweedfs" / "security.toml").read_text())
+    assert {"master", "volume", "filer", "s3", "admin", "client"} <= set(toml["grpc"])
+    assert {"master", "volume", "filer", "client"} <= set(toml["https"])
+    assert (
+        toml["jwt"]["signing"]["key"] == key and toml["jwt"]["filer_signing"]["read"]["key"] == key
+    )
+    for section in ("ca", "master", "client"):
+        cert = toml["grpc"][section] if section == "ca" else toml["grpc"][section]["cert"]
+        assert Path(cert).is_file() and Path(cert).parent == tmp_path / "tls"
+    weak = subprocess.run(
+        [sys.executable, "-m", "farm", "store-security", str(tmp_path / "x")],
+        env={**os.environ, "FARM_WEED_JWT_KEY": "short"}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert weak.returncode != 0 and "openssl rand -hex 32" in weak.stderr

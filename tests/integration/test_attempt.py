@@ -19,6 +19,7 @@ from farm.errors import (
     LeaseLost,
     PermanentError,
     StoreError,
+    StoreRefused,
     TransientError,
 )
 from farm.ledger import Ledger
@@ -266,7 +267,13 @@ def test_the_frame_uploader_stores_and_records_each_frame(
 
 
 @pytest.mark.parametrize(
-    ("error", "raised"), [(StoreError("503"), TransientError), (OSError("disk"), PermanentError)]
+    ("error", "raised"),
+    [
+        (StoreError("503"), TransientError),
+        (OSError("disk"), PermanentError),
+        # A refusal fails the chunk on its first try (max_failures=1), not after three.
+        (StoreRefused("AccessDenied"), StoreRefused),
+    ],
 )
 def test_failed_uploads_are_reported_by_kind(
     ctx: WorkerContext, tmp_path: Path, error: Exception, raised: type[Exception]
