@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
 
 from bench.simspec import Fleet, Outcome, Workload
-from farm import chunking, cost, split
+from bench.simsplit import Splitting
+from bench.simtime import Book
+from farm import chunking, cost
 from farm.plan import Chunk, plan_chunks
 from farm.spec import FrameRange
 from workers.tasks import backoff_s
 
 __all__ = ["Fleet", "Outcome", "Workload", "estimate", "simulate"]
-SPLIT_LOOK_S = 1.0
-"""An idle worker looks for a chunk to split this often (workers/splitter.py EVERY_S)."""
 
 
 @dataclass(slots=True)
@@ -47,7 +46,7 @@ class _Instance:
     """When its boot ends (whether or not it lives that long)."""
 
 
-class Sim:
+class Sim(Splitting):
     def __init__(
         self,
         work: Workload,
@@ -58,7 +57,7 @@ class Sim:
         splits: bool = False,
     ) -> None:
         self.w, self.f, self.seed = work, fleet, seed
-        self.splits, self.split_count = splits, 0
+        self.splits, self.split_count, self.looking = splits, 0, False
         self.renders: dict[int, _Task] = {}
         """Instance -> the render task it is running (what an idle worker may split)."""
         self.auto = chunk_size == chunking.AUTO
@@ -85,6 +84,8 @@ class Sim:
         self.finished = math.inf
         self.lost_s = self.startup_s = 0.0
         self.reclaims = 0
+        self.book = Book()
+        self.timed: list[float] = []
         self.remembered = self.auto and remembered
         if self.remembered:
             # An earlier job of the scene measured it: sized at submit, as farm.jobs does.
@@ -127,6 +128,11 @@ class Sim:
         fleet_up = sum(i.ready_at for i in initial) / len(initial) if initial else 0.0
         gpu_s = sum(min(i.ended, end) - i.launched for i in self.inst if i.launched < end)
         ideal = self.w.frames * self.w.frame_s / self.f.gpus
+        replacing = sum(
+            min(i.ready_at, i.ended, self.book.last_render) - i.launched
+            for i in self.inst[self.f.gpus :]
+            if i.launched < self.book.last_render
+        )
         return Outcome(
             policy=("auto*" if self.remembered else "auto") if self.auto else str(self.chosen),
             chunk_size=self.chosen,
@@ -141,6 +147,14 @@ class Sim:
             most_lost_leases=max(self.hits.values(), default=0),
             fleet_up_s=fleet_up,
             splits=self.split_count,
+            breakdown=self.book.breakdown(
+                gpus=self.f.gpus,
+                fleet_up_s=fleet_up,
+                ideal_s=ideal,
+                frames_ideal_s=self.w.frames * self.w.frame_s,
+                replacement_boot_s=replacing,
+                end_s=end,
+            ),
         )
 
     # ── events ────────────────────────────────────────────────────────────────────────────
@@ -156,8 +170,10 @@ class Sim:
             return
         inst.alive, inst.ended = False, self.now
         self.reclaims += 1
+        self.book.busy(who, self.now, self.planning)
         task = inst.task
         if task is not None:
+            self._account(task)
             self._cut_short(task)
             # Without a spot notice nobody hands it back: the lease expires (renewed every lease/3)
             # and a reconcile pass takes it back, spending one of the chunk's lost-lease budget
@@ -201,6 +217,7 @@ class Sim:
             return
         assert isinstance(task, _Task)
         inst.task = None
+        self._account(task)
         if task.kind == "render":
             self._render_done(task)
         elif task.kind == "encode":
@@ -222,6 +239,11 @@ class Sim:
                 self._at(self.now + backoff_s(failures), "requeue", task.chunk, "render")
             return
         self.saved.update(f for f, _ in task.saves)
+        self.book.last_render = self.now
+        if task.saves:  # the chunk's frame_s, as the worker records it (farm.split reads them)
+            begun = task.started + self.w.task_latency_s
+            m = chunking.measure_saved_times([t - begun for _, t in task.saves])
+            bisect.insort(self.timed, m.frame_s)
         self.startup_s += self.w.startup_s
         if self.planning and task.chunk < len(self.probe) and task.saves:
             self._plan(task)
@@ -237,6 +259,15 @@ class Sim:
         self.chunks.update({c.index: c for c in rest})
         self.render_q.extend(c.index for c in rest)
         self.chosen, self.planning = choice.chunk_size, False
+
+    def _account(self, task: _Task) -> None:
+        """Book the GPU-seconds of a task that ended now (done, cut short or reclaimed)."""
+        if task.kind == "render":
+            frames_s = sum(self.frame_t[f - 1] for f, t in task.saves if t <= self.now)
+            startup_s = self.w.task_latency_s + self.w.startup_s
+            self.book.render(self.now - task.started, startup_s, frames_s)
+        elif task.kind == "encode":
+            self.book.encodes.append((task.started, self.now))
 
     def _pool(self, workers: int = 0) -> chunking.Pool:
         return pool_of(self.f, workers, splits=self.splits)
@@ -254,6 +285,8 @@ class Sim:
         if not (self.render_q or self.encode_q):
             if not self._split_for(who):
                 self.idle.append(who)
+                self.book.idle(who, self.now, self.planning)
+                self._look_later()
             return
         queues = [self.encode_q, self.render_q]
         if not inst.prefer_encode:
@@ -287,75 +320,14 @@ class Sim:
         self._start(who, task, (task.crash_at if task.crash_at < math.inf else t) - self.now)
 
     def _start(self, who: int, task: _Task, duration_s: float) -> None:
+        self.book.busy(who, self.now, self.planning)
         self.inst[who].task = task
         self.renders.pop(who, None)
         if task.kind == "render":
             self.renders[who] = task
-            if self.splits and self.idle:  # an idle worker may split it at its next look
-                self._at(self.now + SPLIT_LOOK_S, "look", -1)
+            if self.idle:  # an idle worker may split it at its next look
+                self._look_later()
         self._at(self.now + duration_s, "done", who, task)
-
-    # ── no idle tail (farm.split, workers/splitter.py) ────────────────────────────────────
-    def _on_look(self, _: int, __: object) -> None:
-        while self.idle:
-            who = self.idle.popleft()
-            inst = self.inst[who]
-            if inst.alive and inst.task is None:
-                if not self._split_for(who):
-                    self.idle.appendleft(who)
-                return
-
-    def _split_for(self, who: int) -> bool:
-        """An idle worker with nothing queued splits the running render with the most frames
-        left, by the farm's rule, and renders the rest itself. False when none can be split."""
-        if not self.splits or self.planning or self.render_q or self.encode_q:
-            return False
-        lag_s = min(self.f.lease_s / 3, 2.0) + split.SLACK_S
-        best: tuple[int, int, int] | None = None  # (moved, owner, last frame)
-        for owner, task in self.renders.items():
-            inst = self.inst[owner]
-            if not inst.alive or inst.task is not task or not task.saves:
-                continue
-            n_done = bisect.bisect_right(task.saves, self.now, key=lambda s: s[1])
-            ahead = len(task.saves) - n_done - 1
-            if ahead < split.MIN_REST + 1 or (best is not None and ahead // 2 <= best[0]):
-                continue  # cannot beat the best found: at most half of what is ahead moves
-            frames = [f for f, _ in task.saves]
-            first = frames[0]
-            on = frames[n_done] if self.now >= task.saves[0][1] - self.frame_t[first - 1] else None
-            done = [t for _, t in task.saves[:n_done]]
-            measured = [b - a for a, b in itertools.pairwise(done)]
-            frame_s = sum(measured) / len(measured) if measured else 0.0
-            last = split.split_point(
-                frames,
-                on,
-                margin=split.margin_frames(frame_s, lag_s),
-                startup_frames=self.w.startup_s / self.w.frame_s,
-            )
-            if last is not None:
-                moved = sum(1 for f in frames if f > last)
-                if best is None or moved > best[0]:
-                    best = (moved, owner, last)
-        if best is None:
-            return False
-        _, owner, last = best
-        task = self.renders[owner]
-        kept = [(f, t) for f, t in task.saves if f <= last]
-        cut = _Task(kind="render", chunk=task.chunk, started=task.started, saves=kept)
-        if task.crash_at <= kept[-1][1]:
-            cut.crash_at = task.crash_at
-        old = self.chunks[task.chunk]
-        self.chunks[task.chunk] = Chunk(
-            index=old.index, frames=tuple(f for f in old.frames if f <= last)
-        )
-        new = Chunk(index=max(self.chunks) + 1, frames=tuple(f for f in old.frames if f > last))
-        self.chunks[new.index] = new
-        self.split_count += 1
-        self._start(
-            owner, cut, (cut.crash_at if cut.crash_at < math.inf else kept[-1][1]) - self.now
-        )
-        self._start_render(who, new)
-        return True
 
 
 def pool_of(fleet: Fleet, workers: int = 0, splits: bool = False) -> chunking.Pool:
@@ -369,14 +341,13 @@ def pool_of(fleet: Fleet, workers: int = 0, splits: bool = False) -> chunking.Po
     )
 
 
-def estimate(work: Workload, fleet: Fleet, chunk_size: int) -> cost.Estimate:
+def estimate(work: Workload, fleet: Fleet, chunk_size: int, splits: bool = False) -> cost.Estimate:
     """What `farm submit --estimate` says of this job on this fleet, given its S and F: the same
-    function, plan and prices the farm uses."""
+    function, plan and prices the farm uses (whose workers split: `splits`)."""
     m = chunking.Measurement(startup_s=work.startup_s, frame_s=work.frame_s)
     price = cost.Price(on_demand_h=fleet.on_demand_price_h, spot_h=fleet.spot_price_h)
-    return cost.estimate(
-        frames=work.frames, chunk_size=chunk_size, m=m, pool=pool_of(fleet), price=price
-    )
+    pool = pool_of(fleet, splits=splits)
+    return cost.estimate(frames=work.frames, chunk_size=chunk_size, m=m, pool=pool, price=price)
 
 
 def simulate(

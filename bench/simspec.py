@@ -41,6 +41,30 @@ class Fleet:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Breakdown:
+    """Where the makespan beyond the ideal went, in seconds, counted from when the fleet is up:
+    GPU-seconds of each kind from then to the last render, over the GPUs, then what follows it.
+    The parts add up to makespan - fleet up - ideal."""
+
+    startup_s: float = 0.0
+    """Blender start-up (and queue latency) of every render attempt, splits' new chunks included."""
+    encode_s: float = 0.0
+    """Segment encodes on render GPUs before the last render ends."""
+    lost_s: float = 0.0
+    """Frames in flight at a reclaim or a crash, rendered again."""
+    replacement_boot_s: float = 0.0
+    """A reclaimed instance's replacement booting."""
+    probe_idle_s: float = 0.0
+    """GPUs idle while an `auto` job's plan is pending (the probe wave)."""
+    draw_s: float = 0.0
+    """The frames' drawn times above (or below) frames x F."""
+    idle_s: float = 0.0
+    """GPUs idle otherwise before the last render: the tail, and boot spread not evened out."""
+    after_last_render_s: float = 0.0
+    """The last encode and the stitch."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Outcome:
     policy: str
     chunk_size: int
@@ -61,6 +85,7 @@ class Outcome:
     cloud's; Blender start-up and everything after it is the farm's)."""
     splits: int = 0
     """Running chunks split by idle workers (farm.split)."""
+    breakdown: Breakdown = Breakdown()
 
     @property
     def ratio(self) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
+from bench import simtail
 from bench.common import Row
 from bench.sim import Fleet, Outcome, Workload, simulate
 from farm.chunking import AUTO
@@ -65,87 +66,6 @@ def sweep(
     return rows
 
 
-SPLIT_RATES = (0.0, 0.05, 0.20)
-
-
-def split_sweep(
-    work: Workload, fleet: Fleet, rates: tuple[float, ...], seed: int
-) -> list[dict[str, Any]]:
-    """No idle tail: `auto` and `auto*` with and without splitting (farm.split) at each rate;
-    makespan against the ideal from t=0 and from when the fleet is up (the issue's target)."""
-    rows = []
-    for rate in rates:
-        for remembered in (False, True):
-            for splits in (False, True):
-                o = simulate(
-                    work, replace(fleet, interruption_per_h=rate), AUTO, seed, remembered, splits
-                )
-                rows.append(
-                    {
-                        **asdict(o),
-                        "rate_per_h": rate,
-                        "split": splits,
-                        "ratio_to_ideal": round(o.ratio, 3),
-                        "ratio_from_up": round(o.ratio_up, 3),
-                    }
-                )
-    return rows
-
-
-def split_table(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| reclaims/h | chunk | n | split | chunks | splits | makespan s | fleet up s | "
-        "/ideal | /ideal from fleet up |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        fail = f" FAILED: {r['failed']}" if r["failed"] else ""
-        lines.append(
-            f"| {r['rate_per_h']:.0%} | {r['policy']} | {r['chunk_size']} | "
-            f"{'yes' if r['split'] else 'no'} | {r['chunks']} | {r['splits']} | "
-            f"{r['makespan_s']:.0f} | {r['fleet_up_s']:.0f} | {r['ratio_to_ideal']:.3f} | "
-            f"{r['ratio_from_up']:.3f}{fail} |"
-        )
-    return "\n".join(lines)
-
-
-def split_rows(name: str, work: Workload, fleet: Fleet, rows: list[dict[str, Any]]) -> list[Row]:
-    """One table row per policy: makespan/ideal from fleet up, split against not, per rate."""
-    out = []
-    rates = sorted({r["rate_per_h"] for r in rows})
-    for policy in ("auto", "auto*"):
-
-        def pick(rate: float, split: bool, policy: str = policy) -> dict[str, Any]:
-            return next(
-                r
-                for r in rows
-                if r["rate_per_h"] == rate and r["policy"] == policy and r["split"] is split
-            )
-
-        on = [pick(rate, True) for rate in rates]
-        off = [pick(rate, False) for rate in rates]
-        out.append(
-            Row(
-                bench="simulate",
-                case=f"no idle tail, {name}: {work.frames:,} frames, {fleet.gpus:,} GPUs, "
-                f"{work.frame_cv:.0%} frame-time spread, "
-                + " / ".join(f"{r:.0%}" for r in rates)
-                + "/h reclaims; makespan from fleet up over ideal",
-                farm=f"{policy} n={on[0]['chunk_size']} split: "
-                + " / ".join(f"{r['ratio_from_up']:.3f}" for r in on),
-                baseline="no split: " + " / ".join(f"{r['ratio_from_up']:.3f}" for r in off),
-                ratio=on[1]["ratio_from_up"] if len(on) > 1 else on[0]["ratio_from_up"],
-                note="ratio: split, at "
-                + (f"{rates[1]:.0%}" if len(rates) > 1 else f"{rates[0]:.0%}")
-                + "/h, target 1.03; splits "
-                + " / ".join(str(r["splits"]) for r in on)
-                + "; from t=0 (boot included): "
-                + " / ".join(f"{r['ratio_to_ideal']:.3f}" for r in on),
-            )
-        )
-    return out
-
-
 def text_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| reclaims/h | chunk | n | makespan s | /ideal | vs best fixed | GPU-h | lost GPU-h | "
@@ -176,11 +96,16 @@ def run(quick: bool, seed: int = 1) -> tuple[dict[str, Any], list[Row]]:
     result: dict[str, Any] = {"seed": seed, "scenarios": [], "table": ""}
     out = []
     tail_name, tail_work, tail_fleet = scenarios[0][0], scenarios[0][1], scenarios[0][2]
-    tail_rates = SPLIT_RATES if not quick else (0.0, 0.20)
-    tail = split_sweep(tail_work, tail_fleet, tail_rates, seed)
-    result["no_idle_tail"] = {"name": tail_name, "rows": tail}
-    result["table"] += f"\nno idle tail, {tail_name}\n{split_table(tail)}\n"
-    out += split_rows(tail_name, tail_work, tail_fleet, tail)
+    tail, tail_rows = simtail.run(
+        tail_name,
+        tail_work,
+        tail_fleet,
+        simtail.RATES if not quick else (0.0, 0.20),
+        simtail.SEEDS if not quick else (seed,),
+    )
+    result["no_idle_tail"] = tail
+    result["table"] += f"\nno idle tail, {tail_name}\n{tail['table']}\n"
+    out += tail_rows
     for name, work, fleet, rates, sizes in scenarios:
         rows = sweep(work, fleet, rates, sizes, seed)
         result["scenarios"].append(

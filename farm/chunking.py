@@ -110,7 +110,9 @@ def expected_makespan_s(
     chunk is reclaimed near the end (p = 1 - e^(-μ), μ = G·λ·c reclaims per chunk-time), it adds
     the requeue delay and a restart, D + S, plus the wait for a GPU: a replacement's boot B when
     the job is one wave, else the rest of the chunk that was running, c·μ/(1+μ) (every GPU is
-    busy until the bulk ends, then the remainder runs).
+    busy until the bulk ends, then the remainder runs). Where workers split (`pool.splits`) the
+    tail is at most S + 2F, and a reclaim costs the end only if it comes in the last D + S + F:
+    with μ = G·λ·(D + S + F)/2 such reclaims, the latest adds (D + S + F)·(1 - (1 - e^(-μ))/μ).
     """
     lam = pool.interruption_per_h / 3600.0
     c = m.startup_s + n * m.frame_s
@@ -127,9 +129,16 @@ def expected_makespan_s(
     behind = c * (slow - 1.0) / 2 if not one_wave else 0.0
     spread = min(share + behind, c * slow) if lanes > 1 else 0.0
     if pool.splits and lanes > 1:
-        # Workers that run out split the longest chunks left: the tail is the new chunk's
-        # start-up and the last frames too few to split (farm.split: 2 kept, 2 moved at least).
-        spread = min(spread, m.startup_s + 4 * m.frame_s * slow)
+        # Workers that run out split the longest chunks left, down to one frame: the tail is
+        # the owner's frame and the one it keeps, or a new chunk's start-up and its frame.
+        spread = min(spread, m.startup_s + 2 * m.frame_s * slow)
+        # A reclaimed chunk's rest is split like any other, so a reclaim delays the end only in
+        # its last D + S + F (requeue, restart, a frame), whatever n: the latest of those, with
+        # about half the GPUs still busy then.
+        window = pool.detect_s + m.startup_s + m.frame_s * slow
+        mu = pool.workers * lam * window / 2
+        late = window * (1 - (1 - math.exp(-mu)) / mu) if mu > 0 else 0.0
+        return bulk + spread + late
     mu = pool.workers * lam * c
     wait = pool.boot_s if chunks <= pool.workers else c * mu / (1 + mu)
     return bulk + spread + (1 - math.exp(-mu)) * (pool.detect_s + m.startup_s + wait)

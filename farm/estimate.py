@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from farm import assets, cost, keys
+from farm import assets, cost, keys, speeds
 from farm.chunking import Measurement, Pool
 from farm.errors import FarmError, SpecError
 from farm.ledger import Ledger
@@ -55,12 +55,15 @@ class Estimated:
 
 
 def pool_of(settings: Settings, ledger: Ledger) -> Pool:
-    """The render workers a job would run on now, as the sizing rule sees them."""
-    render_workers = sum(1 for w in ledger.workers().values() if "render" in w.get("queues", []))
+    """The render workers a job would run on now, as the sizing rule sees them (as farm.jobs
+    sizes a job at submit, so the estimate plans the chunks the job will get)."""
+    render_workers = [n for n, w in ledger.workers().items() if "render" in w.get("queues", [])]
     return Pool(
-        workers=max(render_workers, 1),
+        workers=max(len(render_workers), 1),
         interruption_per_h=settings.spot_interruption_per_h,
         detect_s=settings.recovery_bound_s,
+        frame_factors=speeds.factors_for(ledger, render_workers),
+        splits=True,  # idle workers split running chunks (farm.split)
     )
 
 

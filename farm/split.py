@@ -16,8 +16,9 @@ from farm.pipeline import PHASES, Phase, kind_of
 from farm.spec import JobKind
 from farm.state import ChunkState, JobState
 
-MIN_REST = 2
-"""Fewest frames a new chunk takes: one frame would not pay for its Blender start-up."""
+MIN_REST = 1
+"""Fewest frames a new chunk takes. Whether moving them pays for the new chunk's Blender start-up
+is split_point's test: the chunk must end sooner split than whole."""
 UNKNOWN_FRAME_S = 1.0
 """Frame time assumed for an owner that has not finished a frame yet (sets the margin)."""
 SLACK_S = 1.5
@@ -57,7 +58,9 @@ def split_point(
     Of the frames after the one the owner is on (all of them before it starts one), it keeps at
     least `margin`, else the whole number k that ends both soonest: the owner renders k, the new
     chunk starts Blender (`startup_frames`, in frames) and renders the rest, so k is about half of
-    them plus half the start-up. The new chunk takes the rest, at least `min_rest`."""
+    them plus half the start-up. The new chunk takes the rest, at least `min_rest`, and only if
+    the later of the two ends before the owner alone would: one frame moves where the start-up is
+    shorter than a frame, none where it is longer than what the owner would save."""
     ahead = [f for f in frames if frame_on is None or f > frame_on]
     even = (len(ahead) + startup_frames) / 2
     keep = min(
@@ -65,7 +68,8 @@ def split_point(
         key=lambda k: (max(k, startup_frames + len(ahead) - k), -k),
     )
     keep = max(margin, keep)
-    if keep < 1 or len(ahead) - keep < min_rest:
+    rest = len(ahead) - keep
+    if keep < 1 or rest < min_rest or max(keep, startup_frames + rest) >= len(ahead):
         return None
     return ahead[keep - 1]
 
@@ -107,11 +111,15 @@ def choose(
             _float(c.get("blender_startup_s")) for c in chunks if c.get("blender_startup_s")
         ]
         startup_s = statistics.median(startups) if startups else 0.0
+        # A chunk that has not finished a frame yet (a split's new chunk, a reclaimed chunk's
+        # rest) is timed as its job's finished chunks were, not by UNKNOWN_FRAME_S.
+        timed = [_float(c.get("frame_s")) for c in chunks if _float(c.get("frame_s")) > 0]
+        job_frame_s = statistics.median(timed) if timed else 0.0
         for chunk in chunks:
             if chunk.get("state") != ChunkState.RENDERING or not chunk.get("token"):
                 continue
             frames: list[int] = json.loads(chunk.get("frames") or "[]")
-            frame_s = _float(chunk.get("frame_s_live"))
+            frame_s = _float(chunk.get("frame_s_live")) or job_frame_s
             last = split_point(
                 frames,
                 _int(chunk.get("frame_on")),

@@ -13,7 +13,7 @@ from celery.signals import task_postrun, task_prerun
 
 from farm.errors import FarmError
 from farm.pipeline import PHASES, Phase
-from farm.split import SLACK_S, Split, choose
+from farm.split import MIN_REST, SLACK_S, Split, choose
 from farm.state import JobState
 from workers.context import WorkerContext
 
@@ -64,6 +64,7 @@ def split_once(ctx: WorkerContext) -> Split | None:
         token=plan.token,
         last_frame=plan.last_frame,
         chunks_total=plan.chunks_total,
+        min_rest=MIN_REST,
     )
     if new is None:
         return None

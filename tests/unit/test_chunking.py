@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from farm import chunking
-from farm.chunking import Measurement, Pool, choose_chunk_size
+from farm.chunking import Measurement, Pool, choose_chunk_size, expected_makespan_s
 from farm.spec import FrameRange
 
 
@@ -82,3 +82,24 @@ def test_an_earlier_measurement_sizes_the_whole_job_at_submit() -> None:
     )
     assert [len(c.frames) for c in chunks] == [20, 20] and "plan_pending" not in fields
     assert fields["chunk_size"] == "20" and "j-1" in fields["chunk_plan"]
+
+
+def test_with_splits_the_tail_is_a_startup_and_two_frames() -> None:
+    # One wave of 100-frame chunks (c = 20 + 100·30 s); idle workers split down to one frame, so
+    # the last to end has its own frame and the one it kept, or a new chunk's start-up and frame.
+    m = Measurement(startup_s=20, frame_s=30)
+    pool = Pool(workers=1000, interruption_per_h=0.0, splits=True)
+    t = expected_makespan_s(100, frames=100_000, m=m, pool=pool, frame_cv=0.25)
+    assert t == pytest.approx(3020 + 20 + 2 * 30)
+
+
+def test_with_splits_reclaims_do_not_shrink_one_wave_chunks() -> None:
+    # Without splits a reclaimed chunk's rest waits for a replacement to boot, so reclaims push
+    # a small fleet toward many short chunks; with splits its rest is shared out like any other
+    # and one chunk per GPU, one Blender start each, stays best (bench/sim.py agrees).
+    m = Measurement(startup_s=20, frame_s=30)
+    for rate in (0.05, 0.2):
+        whole = Pool(workers=50, interruption_per_h=rate)
+        split = Pool(workers=50, interruption_per_h=rate, splits=True)
+        assert choose_chunk_size(frames=2000, m=m, pool=whole).chunk_size < 20
+        assert choose_chunk_size(frames=2000, m=m, pool=split).chunk_size == 40

@@ -42,9 +42,31 @@ def test_the_new_chunks_startup_leaves_more_frames_to_the_owner() -> None:
 def test_a_chunk_too_short_for_its_margin_is_not_split() -> None:
     frames = list(range(1, 11))
     assert split_point(frames, 6, margin=2) == 8  # 9, 10 move
-    assert split_point(frames, 7, margin=2) is None  # one frame would move
-    assert split_point(frames, 2, margin=7) is None
-    assert MIN_REST == 2
+    assert split_point(frames, 8, margin=2) is None  # 9, 10 are the owner's margin
+    assert split_point(frames, 2, margin=8) is None  # all 8 ahead are its margin
+    assert MIN_REST == 1
+
+
+def test_one_frame_moves_when_the_new_chunks_startup_is_shorter_than_a_frame() -> None:
+    frames = list(range(1, 11))
+    # the owner is on 8: it keeps 9, and 10 ends 1 + 2/3 frames from now instead of 2
+    assert split_point(frames, 8, margin=1, startup_frames=2 / 3) == 9
+    assert split_point(frames, 7, margin=1, startup_frames=2 / 3) == 9  # keeps 8, 9
+
+
+def test_no_split_that_would_not_end_the_chunk_sooner() -> None:
+    frames = list(range(1, 11))
+    # 10 would start 1.5 frames from now and end after 9 would have: nothing gained
+    assert split_point(frames, 8, margin=1, startup_frames=1.5) is None
+    assert split_point(frames, 6, margin=1, startup_frames=3) is None  # 4 ahead, 3 to start
+
+
+def test_a_chunk_with_no_frame_timed_yet_is_timed_as_its_jobs_chunks() -> None:
+    done = _chunk(0, [1, 2, 3], state="rendered", frame_s="10", blender_startup_s="5")
+    fresh = _chunk(1, [4, 5, 6, 7, 8, 9], frame_on="4")  # a split's new chunk, on its first frame
+    plan = choose([(_job(chunks_total="2"), [done, fresh])], lag_s=3.5)
+    # margin 1 (a 10 s frame, not UNKNOWN_FRAME_S's 1 s): it keeps 5, 6, 7 and 8, 9 move
+    assert plan is not None and (plan.index, plan.last_frame, plan.moved) == (1, 7, 2)
 
 
 def test_nothing_is_split_while_a_chunk_waits_for_a_worker() -> None:
