@@ -1,6 +1,6 @@
-"""Farm overhead: one `blender -b` run over every frame plus one ffmpeg encode of its frames, run
-directly with the farm's own argv builders, against the local farm from `farm submit` to the
-stitched video in the store. Prints b/a and where each chunk's time went.
+"""Farm overhead: one run of the farm's Blender over every frame plus one ffmpeg encode of its
+frames, run directly (bench.direct), against the local farm from `farm submit` to the stitched
+video in the store. Prints b/a, where each chunk's time went, and the time to the first frame.
 """
 
 from __future__ import annotations
@@ -16,46 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, LocalFarm, Row
+from bench.direct import render_all
 from bench.timeline import breakdown
 from farm.proc import run as run_program
-from workers import blender
 from workers.ffgraph import EncodeSettings, frames_to_segment_argv
 
 SCENE = ROOT / "scenes" / "demo.blend"
 
 
 def direct(frames: int, width: int, height: int, samples: int) -> dict[str, Any]:
-    """Blender over all frames on every core, then one libx264 encode: what a user would run."""
+    """The farm's Blender over all frames in one process on every core, then one libx264 encode:
+    what a user would run (bench.direct)."""
     with tempfile.TemporaryDirectory(prefix="farm-bench-direct-") as tmp:
         out_dir, seq = Path(tmp) / "frames", Path(tmp) / "seq"
         out_dir.mkdir()
         seq.mkdir()
-        argv = blender.render_argv(
-            blender="blender",
-            scene=SCENE,
-            out_dir=out_dir,
-            frames=list(range(1, frames + 1)),
-            settings=blender.RenderSettings(width=width, height=height, samples=samples),
-        )
-        marks: dict[str, float] = {}
-        saved: list[float] = []
-        started = time.monotonic()
-
-        def on_line(line: str) -> None:
-            now = time.monotonic() - started
-            if line.startswith("Read blend:"):
-                marks.setdefault("read", now)
-            elif line.startswith("Fra:"):
-                marks.setdefault("first_fra", now)
-            elif blender.saved_frame(line):
-                saved.append(now)
-
-        result = run_program(argv, on_line=on_line)
-        render_s = time.monotonic() - started
-        if not result.ok or len(saved) != frames:
-            raise RuntimeError("direct Blender run failed:\n" + "\n".join(result.tail[-20:]))
+        done = render_all(SCENE, out_dir, frames, width, height, samples)
         for n in range(frames):
-            os.link(blender.frame_file(out_dir, n + 1), seq / f"{n:06d}.png")
+            os.link(out_dir / f"frame_{n + 1:06d}.png", seq / f"{n:06d}.png")
         encode_started = time.monotonic()
         settings = EncodeSettings(codec="h264", encoder="libx264", fps=Fraction(24))
         encode = run_program(
@@ -70,13 +48,13 @@ def direct(frames: int, width: int, height: int, samples: int) -> dict[str, Any]
         if not encode.ok:
             raise RuntimeError("direct ffmpeg encode failed:\n" + "\n".join(encode.tail[-20:]))
         encode_s = time.monotonic() - encode_started
-    gaps = [b - a for a, b in itertools.pairwise(saved)]
+    gaps = [b - a for a, b in itertools.pairwise(done.saved_s)]
     return {
-        "total_s": round(render_s + encode_s, 2),
-        "blender_s": round(render_s, 2),
+        "total_s": round(done.total_s + encode_s, 2),
+        "blender_s": round(done.total_s, 2),
         "encode_s": round(encode_s, 2),
-        "blender_launch_s": round(marks.get("read", 0.0), 2),
-        "scene_load_s": round(marks.get("first_fra", 0.0) - marks.get("read", 0.0), 2),
+        "scene_load_s": round(done.load_s, 2),
+        "first_frame_s": round(done.saved_s[0], 2),
         "frame_s": round(statistics.median(gaps), 3) if gaps else None,
     }
 
@@ -100,12 +78,19 @@ def on_farm(
     detail = breakdown(
         ledger.job(job_id), ledger.chunks(job_id), ledger.events(job_id), started_wall, farm.workers
     )
-    return {"job": job_id, "total_s": round(total_s, 2), "chunk_size": chunk_size, **detail}
+    job = ledger.job(job_id)
+    firsts = {  # from `farm submit` starting to the job's first frame (and thumbnail) in the store
+        name: round(float(job[field]) - started_wall, 2) if job.get(field) else None
+        for name, field in (("first_frame_s", "first_frame_at"),
+                            ("first_thumbnail_s", "first_thumbnail_at"))
+    }  # fmt: skip
+    return {"job": job_id, "total_s": round(total_s, 2), "chunk_size": chunk_size, **firsts,
+            **detail}  # fmt: skip
 
 
 def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
     width, height, samples = (160, 90, 1) if quick else (320, 180, 8)
-    cases = [(8, "auto")] if quick else [(48, "auto"), (192, "auto"), (192, "24")]
+    cases = [(8, "auto")] if quick else [(48, "auto"), (96, "auto"), (192, "auto"), (192, "24")]
     results: list[dict[str, Any]] = []
     rows = []
     baselines: dict[int, dict[str, Any]] = {}
@@ -115,6 +100,18 @@ def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
         a = baselines[frames]
         b = on_farm(farm, frames, width, height, samples, chunk_size)
         results.append({"frames": frames, "direct": a, "farm": b})
+        rows.append(
+            Row(
+                bench="overhead",
+                case=f"first frame, {frames} frames, chunk {chunk_size}: submit to the first frame"
+                " in the store"
+                f" (thumbnail {b['first_thumbnail_s']} s)",
+                farm=f"{b['first_frame_s']} s",
+                baseline=f"{a['first_frame_s']:.1f} s (direct: launch to the first frame written)",
+                ratio=(b["first_frame_s"] or 0.0) / a["first_frame_s"],
+                note="b/a",
+            )
+        )
         rows.append(
             Row(
                 bench="overhead",

@@ -652,3 +652,12 @@ class Ledger:
         """`farm submit --notify URL`: the job's events go there too (read when each is sent)."""
         with _wrapped("record the job's webhook"):
             self.r.hset(keys.r_job(job_id), "notify_url", url)
+
+    def mark_first(self, job_id: str, **at: float) -> None:
+        """When the job's first frame (and its thumbnail) reached the store: each field is set
+        once, by whichever chunk gets there first (`farm status`, the overhead bench)."""
+        with _wrapped("record the job's first frame"):
+            pipe = self.r.pipeline(transaction=False)
+            for name, when in at.items():
+                pipe.hsetnx(keys.r_job(job_id), name, round(when, 3))
+            pipe.execute()

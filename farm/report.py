@@ -65,8 +65,16 @@ def job_summary(
         "spec": spec,
         "created": created,
         "elapsed_s": round((finished or now) - created, 2) if created else None,
+        "first_frame_s": _since(created, job.get("first_frame_at")),
+        "first_thumbnail_s": _since(created, job.get("first_thumbnail_at")),
         "chunks": chunk_list,
     }
+
+
+def _since(created: float | None, at: str | None) -> float | None:
+    """Seconds from submit to `at` (a ledger timestamp), if both are known."""
+    when = _f(at)
+    return round(when - created, 2) if created and when else None
 
 
 def eta_s(summary: dict[str, Any]) -> float | None:
@@ -137,6 +145,11 @@ def status_table(summary: dict[str, Any]) -> Group:
         f"{summary['frames_rendered']}/{summary['frames_total']} rendered, elapsed "
         f"{_clock(summary['elapsed_s'])}",
     ]
+    if summary.get("first_frame_s") is not None:
+        first = f"first   frame in the store {summary['first_frame_s']:.1f} s after submit"
+        if summary.get("first_thumbnail_s") is not None:
+            first += f", its thumbnail {summary['first_thumbnail_s']:.1f} s"
+        lines.append(first)
     if summary["output"]:
         lines.append(f"output  {summary['output']}")
     if summary.get("chunk_plan"):

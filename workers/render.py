@@ -99,8 +99,12 @@ class FrameUploader:
                 self.ledger.set_chunk_fields(
                     self.job_id, self.chunk, frames_rendered=len(self.done)
                 )
+                firsts = {"first_frame_at": time.time()}
                 if self.ffmpeg:
                     thumbnail.make_and_upload(self.ffmpeg, self.store, self.job_id, frame, path)
+                    firsts["first_thumbnail_at"] = time.time()
+                if len(self.done) == 1:  # once an attempt: the job keeps the earliest
+                    self.ledger.mark_first(self.job_id, **firsts)
             except Exception as exc:  # reported after Blender ends
                 log.exception("upload of frame %d failed", frame)
                 self.errors.append(exc)

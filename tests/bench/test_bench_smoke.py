@@ -21,7 +21,10 @@ def test_overhead_smoke(bench_farm: LocalFarm) -> None:
     result, rows = overhead.run(bench_farm, quick=True)
     _rows_ok(rows, "overhead")
     case = result["cases"][0]
-    assert case["direct"]["total_s"] > 0 and case["direct"]["blender_launch_s"] > 0
+    assert case["direct"]["total_s"] > 0 and case["direct"]["scene_load_s"] > 0
+    assert 0 < case["direct"]["first_frame_s"] < case["direct"]["blender_s"]
+    assert 0 < case["farm"]["first_frame_s"] <= case["farm"]["first_thumbnail_s"]
+    assert case["farm"]["first_frame_s"] < case["farm"]["total_s"]
     farm = case["farm"]
     assert farm["total_s"] > 0 and farm["chunks"] == len(farm["per_chunk"]) >= 2
     assert farm["chunk_size_chosen"] not in ("", "auto") and farm["chunk_plan"].startswith("auto")

@@ -7,6 +7,7 @@ name, each with one line that says what to set."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -98,6 +99,8 @@ def test_a_render_and_a_transcode_run_to_the_end_over_tls(
     )  # fmt: skip
     job = json.loads(out.stdout)
     assert job["state"] == "done", job
+    status = tls_farm.farm("status", job["id"], check=True).stdout
+    assert re.search(r"frame in the store [\d.]+ s after submit, its thumbnail [\d.]+ s", status)
     video = tmp_path / "it's the video.mp4"
     tls_farm.farm("fetch", job["id"], str(video), check=True)
     assert int(ffprobe(video)["streams"][0]["nb_read_frames"]) == 4

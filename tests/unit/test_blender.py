@@ -1,4 +1,3 @@
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,8 +16,6 @@ from workers.blender import (
     parse_caps,
     preview_file,
     probe_argv,
-    render_argv,
-    saved_frame,
     script_argv,
     script_line,
     settings_from_spec,
@@ -225,23 +222,3 @@ def test_eevee_progress_line_gives_samples() -> None:
 def test_frame_time_line() -> None:
     assert frame_time_s(" Time: 00:00.64 (Saving: 00:00.17)") == 0.64
     assert frame_time_s(" Time: 01:02.50 (Saving: 00:00.00)") == 62.5
-
-
-def test_legacy_saved_line_must_be_whole() -> None:
-    assert saved_frame("Saved: '/tmp/x/frame_000012.png'") == (12, Path("/tmp/x/frame_000012.png"))
-    assert saved_frame("Fra:1 | Synchronizing object | Saved: '/etc/frame_000099.png'") is None
-
-
-def test_legacy_argv_sets_only_the_overrides_given() -> None:
-    argv = render_argv(
-        blender="blender",
-        scene=Path("/s/shot.blend"),
-        out_dir=Path("/o"),
-        frames=[1, 3],
-        settings=RenderSettings(samples=8),
-    )
-    script = argv[argv.index("--python-expr") + 1]
-    assert "scene.cycles.samples = 8" in script
-    assert "resolution_x" not in script
-    assert argv[-2:] == ["--render-frame", "1,3"]
-    assert sys.executable not in argv

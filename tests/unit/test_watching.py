@@ -91,3 +91,15 @@ def test_log_links_are_labelled_by_phase_and_attempt() -> None:
     )  # fmt: skip
     assert 'title="00000-render-attempt2.log">render 2</a>' in html
     assert 'data-chunk="0" data-state="done"' in html
+
+
+def test_status_says_when_the_first_frame_and_its_thumbnail_reached_the_store() -> None:
+    from farm.report import status_table, to_text
+
+    job = {"id": "j1", "state": "running", "created": "100", "first_frame_at": "104.25",
+           "first_thumbnail_at": "104.5"}  # fmt: skip
+    summary = job_summary(job, [], now=110)
+    assert (summary["first_frame_s"], summary["first_thumbnail_s"]) == (4.25, 4.5)
+    text = to_text(status_table(summary))
+    assert "first   frame in the store 4.2 s after submit, its thumbnail 4.5 s" in text
+    assert "first" not in to_text(status_table(job_summary({"id": "j2", "created": "1"}, [])))
