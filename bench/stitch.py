@@ -1,9 +1,11 @@
-"""Stitch: joining N 4K segments by stream copy with the farm's own concat list and argv, and
-verifying the result as the stitch task does, against `cp` of the same bytes.
+"""Stitch: joining N 4K segments by stream copy with the stitch task's own join and checks
+(workers.join: mp4join, then the tables and a header-only ffprobe), against `cp` of the same
+bytes; beside it, ffmpeg's concat demuxer and a packet count, the join the stitch falls back to.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -17,8 +19,8 @@ import ffmpeg
 
 from bench.common import Row
 from farm.probe import probe_streams
-from farm.proc import run as run_program
-from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv, concat_list
+from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv
+from workers.join import CONCAT, MP4JOIN, JoinResult, join_segments, probe_joined
 
 FPS = Fraction(24)
 
@@ -32,13 +34,19 @@ def make_segment(out: Path, *, width: int, height: int, frames: int) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=600)
 
 
-def _median_s(fn: Any, repeats: int) -> float:
-    times = []
+def _medians_s(variants: dict[str, tuple[Any, Any]], repeats: int) -> dict[str, float]:
+    """Each variant's median time, run in turns so none meets the page cache or the disk's
+    writeback in a state the others did not. Each variant is (setup, work); the setup (removing
+    the last run's output, flushing dirty pages) is not timed."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
-        started = time.monotonic()
-        fn()
-        times.append(time.monotonic() - started)
-    return statistics.median(times)
+        for name, (setup, work) in variants.items():
+            setup()
+            os.sync()
+            started = time.monotonic()
+            work()
+            times[name].append(time.monotonic() - started)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def measure(n: int, seg_dir: Path, work: Path, frames: int, repeats: int) -> dict[str, Any]:
@@ -50,76 +58,109 @@ def measure(n: int, seg_dir: Path, work: Path, frames: int, repeats: int) -> dic
             shutil.copyfile(source, path)
         segments.append(path)
     total_bytes = sum(p.stat().st_size for p in segments)
-    list_file = work / f"list-{n}.txt"
-    list_file.write_text(concat_list([(p, Fraction(frames) / FPS) for p in segments]))
+    total = n * frames
     out = work / f"out-{n}.mp4"
     copies = work / f"cp-{n}"
+    methods: set[str] = set()
 
-    def concat() -> None:
-        result = run_program(
-            concat_argv(ffmpeg_bin="ffmpeg", list_file=list_file, out=out, frames=n * frames)
+    def join(skip: str = "") -> JoinResult:
+        result = join_segments(
+            paths=iter(segments),
+            lengths=[(frames, Fraction(frames) / FPS)] * n,
+            out=out,
+            concat=lambda list_file, _: concat_argv(
+                ffmpeg_bin="ffmpeg", list_file=list_file, out=out, frames=total
+            ),
+            skip=skip,
         )
-        if not result.ok:
-            raise RuntimeError("\n".join(result.tail))
+        methods.add(result.method)
+        return result
 
-    def concat_two_pass() -> None:
-        """Before: the same join with `+faststart`, which writes the file a second time."""
-        argv = concat_argv(ffmpeg_bin="ffmpeg", list_file=list_file, out=out, frames=n * frames)
-        at = argv.index("-moov_size")
-        result = run_program([*argv[:at], "-movflags", "+faststart", *argv[at + 2 :]])
-        if not result.ok:
-            raise RuntimeError("\n".join(result.tail))
+    def stitch() -> None:
+        """What the stitch task does once the segments are local."""
+        info = probe_joined("ffprobe", out, join(), total, FPS)
+        if info.frames != total or info.fps != FPS:
+            raise RuntimeError(f"stitched {info.frames} frames at {info.fps}, expected {total}")
 
-    def concat_and_verify() -> None:
-        concat()
+    def concat_and_count() -> None:
+        """The join before: ffmpeg's concat demuxer, then ffprobe counting every packet."""
+        join(skip="the benchmark's old join")
         info = probe_streams("ffprobe", out)
-        if info.frames != n * frames:
-            raise RuntimeError(f"stitched {info.frames} frames, expected {n * frames}")
+        if info.frames != total:
+            raise RuntimeError(f"stitched {info.frames} frames, expected {total}")
 
     def cp() -> None:
-        shutil.rmtree(copies, ignore_errors=True)
-        copies.mkdir()
         subprocess.run(["cp", *map(str, segments), str(copies)], check=True)
 
-    cp()  # both read from the page cache: the comparison is of the work, not the disk
-    concat_s = _median_s(concat, repeats)
-    two_pass_s = _median_s(concat_two_pass, repeats)
-    stitch_s = _median_s(concat_and_verify, repeats)
-    cp_s = _median_s(cp, repeats)
+    def fresh_copies() -> None:
+        shutil.rmtree(copies, ignore_errors=True)
+        copies.mkdir()
+
+    def fresh_out() -> None:
+        out.unlink(missing_ok=True)
+
+    fresh_copies()
+    cp()  # all read from the page cache: the comparison is of the work, not the disk
+    medians = _medians_s(
+        {
+            "cp": (fresh_copies, cp),
+            "join": (fresh_out, join),
+            "stitch": (fresh_out, stitch),
+            "concat": (fresh_out, lambda: join(skip="the benchmark's old join")),
+            "concat_verify": (fresh_out, concat_and_count),
+        },
+        repeats,
+    )
     shutil.rmtree(copies, ignore_errors=True)
     out.unlink(missing_ok=True)
+    join_s, stitch_s, cp_s = medians["join"], medians["stitch"], medians["cp"]
+    concat_s, concat_verify_s = medians["concat"], medians["concat_verify"]
     return {
         "segments": n,
         "bytes": total_bytes,
+        "methods": sorted(methods),
+        "join_s": round(join_s, 3),
+        "stitch_s": round(stitch_s, 3),
         "concat_s": round(concat_s, 3),
-        "concat_faststart_s": round(two_pass_s, 3),
-        "concat_verify_s": round(stitch_s, 3),
+        "concat_verify_s": round(concat_verify_s, 3),
         "cp_s": round(cp_s, 3),
-        "concat_over_cp": round(concat_s / cp_s, 2),
         "stitch_over_cp": round(stitch_s / cp_s, 2),
+        "concat_verify_over_cp": round(concat_verify_s / cp_s, 2),
     }
 
 
 def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
     width, height, frames = (320, 180, 4) if quick else (3840, 2160, 12)
-    counts, repeats = ((2, 5), 1) if quick else ((10, 100), 3)
+    counts, repeats = ((2, 5), 1) if quick else ((10, 100), 5)
     with tempfile.TemporaryDirectory(prefix="farm-bench-stitch-") as tmp:
         seg_dir, work = Path(tmp) / "segments", Path(tmp) / "work"
         seg_dir.mkdir()
         work.mkdir()
         make_segment(seg_dir / "seg.mp4", width=width, height=height, frames=frames)
         cases = [measure(n, seg_dir, work, frames, repeats) for n in counts]
-    rows = [
-        Row(
-            bench="stitch",
-            case=f"{c['segments']} x {width}x{height} segments of {frames} frames "
-            f"({c['bytes'] / 2**20:.0f} MiB)",
-            farm=f"{c['concat_verify_s']:.2f} s (concat {c['concat_s']:.2f} s; with "
-            f"+faststart as before {c['concat_faststart_s']:.2f} s)",
-            baseline=f"cp {c['cp_s']:.2f} s",
-            ratio=c["stitch_over_cp"],
-            note="stitch = concat by stream copy + ffprobe frame count",
+    assert all(c["methods"] == [CONCAT, MP4JOIN] for c in cases), "mp4join fell back"
+    rows = []
+    for c in cases:
+        case = (
+            f"{c['segments']} x {width}x{height} segments of {frames} frames "
+            f"({c['bytes'] / 2**20:.0f} MiB)"
         )
-        for c in cases
-    ]
+        rows += [
+            Row(
+                bench="stitch",
+                case=case,
+                farm=f"{c['stitch_s']:.2f} s (join {c['join_s']:.2f} s)",
+                baseline=f"cp {c['cp_s']:.2f} s",
+                ratio=c["stitch_over_cp"],
+                note="mp4join + checks of its tables + header-only ffprobe",
+            ),
+            Row(
+                bench="stitch",
+                case=f"{case}, ffmpeg concat (the fallback)",
+                farm=f"{c['concat_verify_s']:.2f} s (concat {c['concat_s']:.2f} s)",
+                baseline=f"cp {c['cp_s']:.2f} s",
+                ratio=c["concat_verify_over_cp"],
+                note="concat demuxer + ffprobe packet count",
+            ),
+        ]
     return {"resolution": f"{width}x{height}", "frames": frames, "cases": cases}, rows

@@ -70,7 +70,9 @@ def choose_encoder(codec: str, nvenc: bool) -> str:
 
 def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, object]:
     """Output options: one closed GOP per segment at most, no scene-cut keyframes breaking it."""
-    gop = max(frame_count, 1)
+    # Not below 3: at keyint 1 or 2 x264 and x265 write another SPS (intra-only, fewer
+    # references), and a segment that differs in it cannot be joined to the others by copy.
+    gop = max(frame_count, 3)
     ten_bit = settings.codec in ("hevc10", "prores")
     opts: dict[str, object] = {
         "vcodec": settings.encoder,

@@ -1,6 +1,7 @@
 """Join a job's segments by stream copy into the deliverable, and prove it has the frames asked for.
 
 Runs once per job: only the caller that won the ledger's completion gate sends this task.
+Segments download in parallel, in the order they join, while the join takes each as it lands.
 """
 
 from __future__ import annotations
@@ -9,21 +10,21 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from farm import keys
 from farm.errors import PermanentError
-from farm.probe import probe_streams
-from farm.proc import run
 from farm.spec import JobSpec
 from farm.state import JobState
 from farm.store import sha256_file
 from workers.context import WorkerContext
-from workers.ffgraph import concat_argv, concat_list, fps_fraction
+from workers.ffgraph import concat_argv, fps_fraction
+from workers.join import join_segments, probe_joined
 
 log = logging.getLogger(__name__)
 
@@ -32,24 +33,61 @@ DOWNLOADS = 8
 """Segments fetched at once: the store serves many streams faster than one."""
 
 
-def verified_segments(
-    ctx: WorkerContext, job_id: str, chunks_total: int, work: Path
-) -> list[tuple[Path, Fraction]]:
-    """Download every segment named by a manifest, in parallel, and check each against it.
-    Returned in the order of their first frames: a split chunk's rest has a later index than
-    chunks after it in the video (farm.split)."""
-    with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="segment") as pool:
-        fetched = list(
-            pool.map(lambda i: _fetch_segment(ctx, job_id, i, work), range(chunks_total))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentRef:
+    """A segment as its chunk's manifest names it."""
+
+    index: int
+    key: str
+    size_bytes: int
+    sha256: str
+    frames: int
+    fps: Fraction
+    encoder: dict[str, Any]
+    first: tuple[int, int]
+    """Where it goes in the video (first_frame)."""
+
+    @property
+    def length(self) -> tuple[int, Fraction]:
+        """Frames and seconds."""
+        return self.frames, Fraction(self.frames) / self.fps
+
+
+def segment_refs(ctx: WorkerContext, job_id: str, chunks_total: int) -> list[SegmentRef]:
+    """Every chunk's manifest, read in parallel, in the order of their first frames: a split
+    chunk's rest has a later index than chunks after it in the video (farm.split)."""
+    with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="manifest") as pool:
+        manifests = list(
+            pool.map(
+                lambda i: ctx.store.get_json(keys.manifest_key(job_id, i)), range(chunks_total)
+            )
         )
-    fetched.sort(key=lambda f: f[3])
-    encoders = {encoder for _, _, encoder, _ in fetched}
-    if len(encoders) > 1:
+    refs = sorted((_ref(m, i) for i, m in enumerate(manifests)), key=lambda r: r.first)
+    names = {ref.encoder["name"] for ref in refs}
+    if len(names) > 1:
         raise PermanentError(
-            f"segments were made by different encoders ({', '.join(sorted(encoders))}); they cannot "
+            f"segments were made by different encoders ({', '.join(sorted(names))}); they cannot "
             "be joined by stream copy. Retry the job with --encoder set to one of them"
         )
-    return [(path, duration) for path, duration, _, _ in fetched]
+    return refs
+
+
+def _ref(manifest: dict[str, Any], index: int) -> SegmentRef:
+    seg = manifest["segment"]
+    if seg["frames"] != manifest["frame_count"]:
+        raise PermanentError(
+            f"segment {index} has {seg['frames']} of {manifest['frame_count']} frames"
+        )
+    return SegmentRef(
+        index=index,
+        key=seg["key"],
+        size_bytes=seg["size"],
+        sha256=seg["sha256"],
+        frames=seg["frames"],
+        fps=Fraction(seg["fps"]),
+        encoder=manifest["encoder"],
+        first=first_frame(manifest, index),
+    )
 
 
 def first_frame(manifest: dict[str, Any], index: int) -> tuple[int, int]:
@@ -63,21 +101,28 @@ def first_frame(manifest: dict[str, Any], index: int) -> tuple[int, int]:
     return 0, index
 
 
-def _fetch_segment(
-    ctx: WorkerContext, job_id: str, index: int, work: Path
-) -> tuple[Path, Fraction, str, tuple[int, int]]:
-    manifest = ctx.store.get_json(keys.manifest_key(job_id, index))
-    seg = manifest["segment"]
-    local = work / Path(seg["key"]).name
-    ctx.store.get_file(seg["key"], local)
-    if local.stat().st_size != seg["size"] or sha256_file(local) != seg["sha256"]:
-        raise PermanentError(f"segment {index} does not match its manifest; retry chunk {index}")
-    if seg["frames"] != manifest["frame_count"]:
+def fetch_segment(ctx: WorkerContext, ref: SegmentRef, work: Path) -> Path:
+    """Download a segment and check it against its manifest."""
+    local = work / Path(ref.key).name
+    ctx.store.get_file(ref.key, local)
+    if local.stat().st_size != ref.size_bytes or sha256_file(local) != ref.sha256:
         raise PermanentError(
-            f"segment {index} has {seg['frames']} of {manifest['frame_count']} frames"
+            f"segment {ref.index} does not match its manifest; retry chunk {ref.index}"
         )
-    duration = Fraction(seg["frames"]) / Fraction(seg["fps"])
-    return local, duration, manifest["encoder"]["name"], first_frame(manifest, index)
+    return local
+
+
+@contextmanager
+def fetching(ctx: WorkerContext, refs: list[SegmentRef], work: Path) -> Iterator[Iterator[Path]]:
+    """The segments' local paths in join order, each as soon as it (and every one before it)
+    has landed; DOWNLOADS run ahead of the join. Leaving stops the downloads not yet begun."""
+    with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="segment") as pool:
+        futures: list[Future[Path]] = [pool.submit(fetch_segment, ctx, r, work) for r in refs]
+        try:
+            yield (future.result() for future in futures)
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def stitch_frames(
@@ -86,29 +131,24 @@ def stitch_frames(
     """A render job's stitch: its segments joined by stream copy, checked frame for frame."""
     started = time.monotonic()
     with stitch_workspace(ctx, job_id) as work:
-        segments = verified_segments(ctx, job_id, int(job["chunks_total"]), work)
-        list_file = work / "segments.txt"
-        list_file.write_text(concat_list(segments))
+        refs = segment_refs(ctx, job_id, int(job["chunks_total"]))
         out = work / f"output.{spec.codec.container}"
-        result = run(
-            concat_argv(
-                ffmpeg_bin=ctx.settings.ffmpeg,
-                list_file=list_file,
+        fps = fps_fraction(spec.fps)
+        with fetching(ctx, refs, work) as paths:
+            joined = join_segments(
+                paths=paths,
+                lengths=[ref.length for ref in refs],
                 out=out,
-                frames=spec.frames.count,
+                concat=lambda list_file, _: concat_argv(
+                    ffmpeg_bin=ctx.settings.ffmpeg,
+                    list_file=list_file,
+                    out=out,
+                    frames=spec.frames.count,
+                ),
             )
-        )
-        if not result.ok:
-            raise PermanentError(
-                "ffmpeg could not join the segments:\n" + "\n".join(result.tail[-15:])
-            )
-        info = probe_streams(ctx.settings.ffprobe, out)
-        expected = (
-            spec.frames.count,
-            spec.resolution.width,
-            spec.resolution.height,
-            fps_fraction(spec.fps),
-        )
+        join_s = time.monotonic() - started  # manifests, downloads and the join they overlap
+        info = probe_joined(ctx.settings.ffprobe, out, joined, spec.frames.count, fps)
+        expected = (spec.frames.count, spec.resolution.width, spec.resolution.height, fps)
         got = (info.frames, info.width, info.height, info.fps)
         if got != expected:
             raise PermanentError(
@@ -116,7 +156,9 @@ def stitch_frames(
                 f"{info.fps} fps; asked for {expected[0]} frames at {expected[1]}x{expected[2]}, "
                 f"{expected[3]} fps"
             )
-        output_key = deliver(ctx, job_id, out, started)
+        output_key = deliver(
+            ctx, job_id, out, started, fetch_join_s=round(join_s, 3), stitch_join=joined.method
+        )
     return {"job_id": job_id, "output": output_key, "frames": info.frames}
 
 
@@ -137,8 +179,11 @@ def stitch_workspace(ctx: WorkerContext, job_id: str) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def deliver(ctx: WorkerContext, job_id: str, out: Path, started: float, **timings: float) -> str:
-    """Upload the verified deliverable and mark the job done; returns its key."""
+def deliver(
+    ctx: WorkerContext, job_id: str, out: Path, started: float, **fields: float | str
+) -> str:
+    """Upload the verified deliverable and mark the job done (`fields`: how the join went);
+    returns its key."""
     output_key = keys.output_key(job_id, out.suffix.lstrip("."))
     ctx.store.put_file(output_key, out)
     ctx.ledger.move_job(
@@ -148,6 +193,6 @@ def deliver(ctx: WorkerContext, job_id: str, out: Path, started: float, **timing
         output_size=out.stat().st_size,
         stitch_s=round(time.monotonic() - started, 3),
         finished=time.time(),
-        **timings,
+        **fields,
     )
     return output_key

@@ -1,33 +1,39 @@
-"""The stitch of an encode job: check every segment with ffprobe, join them by stream copy with the
-master's audio carried over once, then prove the result matches the master frame for frame.
+"""The stitch of an encode job: join the segments by stream copy (workers.join; with the master's
+audio carried over once by ffmpeg, after checking every segment with ffprobe), then prove the
+result matches the master frame for frame.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
-from farm import keys
 from farm.errors import PermanentError
 from farm.master import MasterInfo
 from farm.probe import Streams, probe_streams
-from farm.proc import run
 from farm.spec import JobSpec
 from workers.context import WorkerContext
-from workers.ffgraph import concat_list
-from workers.stitch import deliver, stitch_workspace, verified_segments
+from workers.join import join_segments, probe_joined
+from workers.stitch import deliver, fetching, segment_refs, stitch_workspace
 from workers.transcode import master_source
 from workers.transcode_graph import mux_argv
 
 
-def check_segments(found: list[Streams], spec: JobSpec, encoders: list[dict[str, Any]]) -> None:
-    """Stream copy joins only segments alike in every parameter the decoder sets up once."""
+def check_encoders(encoders: list[dict[str, Any]]) -> None:
+    """Stream copy joins only segments made by one encoder with the same settings."""
     if any(e != encoders[0] for e in encoders):
         names = sorted({f"{e['name']} q{e['quality']} {e['preset']}" for e in encoders})
         raise PermanentError(
             f"segments were made with different encoders or settings ({', '.join(names)}); "
             "they cannot be joined by stream copy. Retry the job with --encoder set to one of them"
         )
+
+
+def check_segments(found: list[Streams], spec: JobSpec, encoders: list[dict[str, Any]]) -> None:
+    """Stream copy joins only segments alike in every parameter the decoder sets up once
+    (workers.mp4join checks this from the sample descriptions; ffmpeg's join needs ffprobe)."""
+    check_encoders(encoders)
     want = (spec.codec.stream_name, spec.resolution.width, spec.resolution.height)
     first = found[0]
     for n, seg in enumerate(found):
@@ -73,24 +79,16 @@ def stitch_master(
     assert spec.master is not None, "transcode jobs carry their master's probe"
     master = spec.master
     started = time.monotonic()
-    total = int(job["chunks_total"])
     with stitch_workspace(ctx, job_id) as work:
-        segments = verified_segments(ctx, job_id, total, work)
-        encoders = [
-            ctx.store.get_json(keys.manifest_key(job_id, i))["encoder"] for i in range(total)
-        ]
-        for encoder in encoders:
-            encoder.pop("argv", None)
-        check_segments(
-            [probe_streams(ctx.settings.ffprobe, p) for p, _ in segments], spec, encoders
-        )
-        list_file = work / "segments.txt"
-        list_file.write_text(concat_list(segments))
+        refs = segment_refs(ctx, job_id, int(job["chunks_total"]))
+        encoders = [{k: v for k, v in ref.encoder.items() if k != "argv"} for ref in refs]
+        check_encoders(encoders)
         out = work / f"output.{spec.codec.container}"
         source = master_source(ctx, job["source_key"])[0] if master.audio else ""
-        joined = time.monotonic()
-        result = run(
-            mux_argv(
+
+        def mux(list_file: Path, paths: list[Path]) -> list[str]:
+            check_segments([probe_streams(ctx.settings.ffprobe, p) for p in paths], spec, encoders)
+            return mux_argv(
                 ffmpeg_bin=ctx.settings.ffmpeg,
                 list_file=str(list_file),
                 master=source,
@@ -105,14 +103,21 @@ def stitch_master(
                     for a in master.audio
                 ),
             )
-        )
-        join_s = time.monotonic() - joined
-        if not result.ok:
-            tail = "\n".join(result.tail[-15:])
-            raise PermanentError(
-                "ffmpeg could not join the segments:\n"
-                + tail.replace(source or "\0", "<master URL>")
+
+        joining = time.monotonic()
+        with fetching(ctx, refs, work) as paths:
+            joined = join_segments(
+                paths=paths,
+                lengths=[ref.length for ref in refs],
+                out=out,
+                concat=mux,
+                skip="the master's audio is carried over by ffmpeg" if master.audio else "",
+                hide=source,
             )
-        check_output(probe_streams(ctx.settings.ffprobe, out), spec, master)
-        output_key = deliver(ctx, job_id, out, started, join_s=round(join_s, 3))
+        join_s = time.monotonic() - joining
+        info = probe_joined(ctx.settings.ffprobe, out, joined, master.frame_count, master.rate)
+        check_output(info, spec, master)
+        output_key = deliver(
+            ctx, job_id, out, started, fetch_join_s=round(join_s, 3), stitch_join=joined.method
+        )
     return {"job_id": job_id, "output": output_key, "frames": master.frame_count}

@@ -108,6 +108,8 @@ def test_frame_step_and_uneven_last_chunk(local_farm: LocalFarm, tmp_path: Path)
     assert (summary["chunks_total"], summary["frames_total"]) == (3, 12)
     stream = _video(local_farm, summary["id"], tmp_path)
     assert int(stream["nb_read_frames"]) == 12  # type: ignore[call-overload]
+    # Segments of 5, 5 and 2 frames join by mp4join, not the concat demuxer it falls back to.
+    assert local_farm.ledger().job(summary["id"])["stitch_join"] == "mp4join"
     frames = _objects(local_farm, summary["id"], "frames")
     assert [int(Path(k).stem) for k in frames] == list(range(1, 24, 2))
 
