@@ -1,8 +1,13 @@
-"""The ledger alone, driven as 1,000 workers would drive it: each chunk claimed, its lease renewed,
-rendered, claimed again for its segment, done, and the completion gate tried; on one Redis.
+"""The ledger alone, driven as 1,000 workers would drive it, on one Redis: each chunk (one frame)
+goes through the Ledger calls a worker that renders and encodes makes, in its order
+(workers/tasks.py, attempt.py, render.py, lease.py): claim, frame started, frame recorded, the
+job's first frame marked, lease renewed, rendered, claim for the segment, done with the
+completion gate.
 
-Baseline: the same client processes doing the same number of round trips with PING, so the ratio
-says how many round trips a chunk transition costs (1.0 would be one trip per transition).
+Baseline: the same client processes doing as many round trips with PING as the chunks took
+(counted on the client's connection), so the ratio says how many PING round trips a chunk
+transition costs: five transitions a chunk (two claims, a renewal, rendered, done), eight round
+trips.
 """
 
 from __future__ import annotations
@@ -16,15 +21,47 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from bench.common import Row
 from farm.ledger import Ledger
 from farm.pipeline import PHASES, Phase
 from farm.plan import plan_chunks
 from farm.spec import build_render_spec
+from workers.tasks import BLOCK_AFTER
 
 RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]
 TRANSITIONS_PER_CHUNK = 5
-"""Claim, renew, rendered, claim (segment), done: what each chunk asks of the ledger."""
+"""Claim, renew, rendered, claim (segment), done: the chunk's moves and its lease."""
+METER = {"instance_type": "g5.xlarge", "lifecycle": "spot", "price_per_s": "0.000125"}
+"""What workers/__main__.py puts on every claim of a worker (cost.Instance.claim_fields)."""
+RENDERED = {  # what render_frames records with the render's done move
+    "blender_launch_s": 0.61, "blender_startup_s": 0.78, "scene_load_s": 0.13, "frame_s": 0.07,
+    "render_s": 1.24, "fetch_s": 0.05, "upload_s": 0.34, "frames_rendered": 1,
+    "frames_reused": 0,
+}  # fmt: skip
+ENCODED = {  # and segment_chunk with the segment's
+    "encoder": "libx264", "encode_s": 0.18, "gather_s": 0.01, "segment_upload_s": 0.02,
+    "segment_bytes": 3034, "frames_fetched_bytes": 0,
+}  # fmt: skip
+
+
+def chunk_life(ledger: Ledger, job_id: str, index: int, frame: int, worker: str) -> None:
+    """One one-frame chunk, every Ledger call a worker makes for it, in order."""
+    claim = ledger.claim(job_id, index, RENDER.running, only_from=RENDER.claim_from, lease_s=30,
+                         worker=worker, block_after=BLOCK_AFTER, phase=str(RENDER.phase))  # fmt: skip
+    token = claim.move.token
+    ledger.set_chunk_fields(job_id, index, frame_on=frame, frame_s_live=0.0)  # uploader.starting
+    ledger.record_frame(job_id, frame, 6512, "ab" * 32, chunk=index, frames_rendered=1)
+    ledger.mark_first(job_id, first_frame_at=time.time())  # the attempt's first frame stored
+    ledger.renew(job_id, index, token, 30)  # the lease keeper, every 2 s while the work runs
+    ledger.move_chunk(job_id, index, RENDER.done, token=token, rendered_by=worker, **RENDERED)
+    claim = ledger.claim(job_id, index, SEGMENT.running, only_from=SEGMENT.claim_from,
+                         lease_s=30, worker=worker, block_after=BLOCK_AFTER,
+                         phase=str(SEGMENT.phase))  # fmt: skip
+    move = ledger.move_chunk(job_id, index, SEGMENT.done, token=claim.move.token, gate=True,
+                             **ENCODED)  # fmt: skip
+    assert move.moved, move
 
 
 def _free_port() -> int:
@@ -34,23 +71,37 @@ def _free_port() -> int:
         return port
 
 
+class _Counting(redis.Connection):
+    """Counts round trips: one packed send per command or pipeline."""
+
+    sends = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        _Counting.sends += 1
+        super().send_packed_command(command, check_health)
+
+
+def round_trips_per_chunk(url: str, job_id: str, index: int) -> int:
+    """Round trips of one chunk's life, counted on the client's connection."""
+    client = redis.Redis.from_url(url, decode_responses=True, connection_class=_Counting)
+    ledger = Ledger(client)
+    ledger.meter = METER
+    chunk_life(ledger, job_id, index, index + 1, "w-count")  # loads the scripts
+    before = _Counting.sends
+    chunk_life(ledger, job_id, index + 1, index + 2, "w-count")
+    return _Counting.sends - before
+
+
 def _drive(url: str, jobs: list[str], chunks: int, workers: int, offset: int) -> float:
     """One client process: every chunk of `jobs`, as `workers` different workers in turn."""
     ledger = Ledger.from_url(url)
+    ledger.meter = METER
     started = time.perf_counter()
     n = 0
     for job_id in jobs:
         for index in range(chunks):
-            worker = f"w{offset + n % workers}"
+            chunk_life(ledger, job_id, index, index + 1, f"w{offset + n % workers}")
             n += 1
-            claim = ledger.move_chunk(job_id, index, RENDER.running, mode="claim",
-                                      only_from=RENDER.claim_from, lease_s=30, worker=worker)  # fmt: skip
-            ledger.renew(job_id, index, claim.token, 30)
-            ledger.move_chunk(job_id, index, RENDER.done, token=claim.token)
-            claim = ledger.move_chunk(job_id, index, SEGMENT.running, mode="claim",
-                                      only_from=SEGMENT.claim_from, lease_s=30, worker=worker)  # fmt: skip
-            ledger.move_chunk(job_id, index, SEGMENT.done, token=claim.token)
-            ledger.try_start_stitch(job_id)
     return time.perf_counter() - started
 
 
@@ -86,21 +137,24 @@ def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
             fps=24, samples=1, codec="h264",
         )  # fmt: skip
         ids = [f"j-bench-{i:04d}" for i in range(jobs)]
-        for job_id in ids:
+        for job_id in [*ids, "j-bench-count"]:
             ledger.create_job(job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, 1),
                               source_key="bench")  # fmt: skip
+        trips_per_chunk = round_trips_per_chunk(url, "j-bench-count", 0)
         slices = [ids[i::clients] for i in range(clients)]
         per = workers // clients
         with multiprocessing.Pool(clients) as pool:
             started = time.perf_counter()
             pool.starmap(_drive, [(url, s, chunks, per, i * per) for i, s in enumerate(slices)])
             wall = time.perf_counter() - started
-            trips = jobs * chunks * (TRANSITIONS_PER_CHUNK + 1) // clients
+            trips = jobs * chunks * trips_per_chunk // clients
             started = time.perf_counter()
             pool.starmap(_ping, [(url, trips)] * clients)
             ping_wall = time.perf_counter() - started
         done = sum(int(ledger.job(j)["chunks_done"]) for j in ids)
         assert done == jobs * chunks, f"{done} of {jobs * chunks} chunks done"
+        gates = sum(e["event"] == "stitch-gate" for j in ids for e in ledger.events(j))
+        assert gates == jobs, f"{gates} completion gates opened for {jobs} jobs"
         transitions = jobs * chunks * TRANSITIONS_PER_CHUNK
         per_s = transitions / wall
         pings_per_s = trips * clients / ping_wall
@@ -116,6 +170,8 @@ def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
         "transitions_per_s": round(per_s, 1),
         "chunks_per_s": round(jobs * chunks / wall, 1),
         "ping_round_trips_per_s": round(pings_per_s, 1),
+        "round_trips_per_chunk": trips_per_chunk,
+        "ping_equivalents_per_transition": round(pings_per_s / per_s, 2),
     }
     row = Row(
         bench="ledger",
@@ -123,6 +179,7 @@ def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
         farm=f"{per_s:.0f} transitions/s ({jobs * chunks / wall:.0f} chunks/s)",
         baseline=f"{pings_per_s:.0f} PING/s",
         ratio=round(pings_per_s / per_s, 2),
-        note="round trips per transition (events and the gate included)",
+        note=f"PING round trips a transition costs; {trips_per_chunk} round trips a chunk "
+        "(frame records, events, cost and the gate included)",
     )
     return result, [row]

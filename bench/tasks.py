@@ -1,21 +1,31 @@
 """Benchmark-only Celery tasks, registered by a worker started with FARM_TASK_PLUGINS=bench.tasks
 (bench/common.py does); production code never imports this module.
 
-`farm.bench.render` / `farm.bench.encode` move a chunk through the same ledger transitions and
-store writes as a real chunk (claim, one tiny frame, rendered, claim, segment, manifest, done)
-with no Blender or ffmpeg; `farm.bench.noop` is the bare Celery baseline.
+`farm.bench.render` runs a chunk through the worker's own phase runner (workers.tasks
+run_chunk_phase: claim, lease, work, manifest, done, the next phase in the same task on a
+worker that also encodes, the completion gate) with trivial work in place of Blender and ffmpeg:
+one tiny frame through the render phase's FrameUploader (stored, then recorded), one tiny
+segment stored, the manifest written last. `farm.bench.noop` is the bare Celery baseline.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable
+from typing import Any
 
 from celery import Celery
 
 from farm import keys
-from farm.pipeline import Queue
-from farm.state import ChunkState, JobState
+from farm.dispatch import Dispatcher
+from farm.errors import FramesMissing
+from farm.pipeline import PHASES, Phase
+from farm.state import JobState
+from workers.attempt import ChunkAttempt, Outcome, Work
 from workers.context import WorkerContext
+from workers.render import FrameUploader, frames_to_render
+from workers.tasks import run_chunk_phase
 
 BENCH_RENDER = "farm.bench.render"
 BENCH_ENCODE = "farm.bench.encode"
@@ -26,56 +36,102 @@ TINY_PNG = bytes.fromhex(
 )
 
 
-def trivial_render(ctx: WorkerContext, job_id: str, index: int) -> str:
-    claim = ctx.ledger.move_chunk(
-        job_id,
-        index,
-        ChunkState.RENDERING,
-        mode="claim",
-        only_from=frozenset({ChunkState.QUEUED, ChunkState.INTERRUPTED}),
-        lease_s=30,
-        worker=ctx.name,
+def trivial_render(attempt: ChunkAttempt) -> Outcome:
+    """The render phase's store and ledger work for tiny frames, with no Blender."""
+    ctx, job_id, index = attempt.ctx, attempt.job_id, attempt.index
+    started = time.monotonic()
+    todo = frames_to_render(ctx, job_id, attempt.frames, attempt.records)
+    uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
+    workspace = attempt.fresh_workspace()
+    if todo:
+        uploader.starting(todo[0], 0.0)
+        uploader.start()
+        for frame in todo:
+            path = workspace / f"frame_{frame:06d}.png"
+            path.write_bytes(TINY_PNG)
+            uploader.add(frame, path)
+        uploader.finish()
+        uploader.raise_errors()
+    return Outcome(
+        fields={
+            "render_s": round(time.monotonic() - started, 3),
+            "upload_s": round(uploader.upload_s, 3),
+            "frames_rendered": len(attempt.frames),
+            "frames_reused": len(attempt.frames) - len(todo),
+            "rendered_by": ctx.name,
+        },
+        summary={"rendered": len(todo)},
     )
-    if not claim.moved:
-        return claim.status
-    frame = index + 1
-    ctx.store.put_bytes(keys.frame_key(job_id, frame), TINY_PNG, "image/png")
-    ctx.ledger.record_frame(job_id, frame, len(TINY_PNG), "0" * 64)
-    ctx.ledger.move_chunk(job_id, index, ChunkState.RENDERED, token=claim.token)
-    ctx.dispatch.app.send_task(
-        BENCH_ENCODE, kwargs={"job_id": job_id, "chunk": index}, queue=str(Queue.ENCODE)
-    )
-    return "rendered"
 
 
-def trivial_encode(ctx: WorkerContext, job_id: str, index: int) -> str:
-    claim = ctx.ledger.move_chunk(
-        job_id,
-        index,
-        ChunkState.ENCODING,
-        mode="claim",
-        only_from=frozenset({ChunkState.RENDERED}),
-        lease_s=30,
-        worker=ctx.name,
+def trivial_segment(attempt: ChunkAttempt) -> Outcome:
+    """The segment phase's store and ledger work for a tiny segment, with no ffmpeg."""
+    ctx, job_id, index = attempt.ctx, attempt.job_id, attempt.index
+    missing = [f for f in attempt.frames if f not in attempt.records]
+    if missing:
+        raise FramesMissing(f"frames {missing} have no record in the ledger")
+    segment = attempt.fresh_workspace() / f"{index:05d}.mp4"
+    segment.write_bytes(TINY_PNG)
+    ctx.store.put_file(keys.segment_key(job_id, index), segment, intermediate=True)
+    return Outcome(
+        fields={"encoder": "none", "segment_bytes": len(TINY_PNG)},
+        manifest={
+            "job_id": job_id,
+            "chunk": index,
+            "attempt": attempt.number,
+            "frames": [{"frame": f, "size": attempt.records[f][0]} for f in attempt.frames],
+            "frame_count": len(attempt.frames),
+            "segment": {"key": keys.segment_key(job_id, index), "size": len(TINY_PNG)},
+        },
     )
-    if not claim.moved:
-        return claim.status
-    ctx.store.put_bytes(keys.segment_key(job_id, index), TINY_PNG)
-    ctx.store.put_json(keys.manifest_key(job_id, index), {"chunk": index, "frame_count": 1})
-    ctx.ledger.move_chunk(job_id, index, ChunkState.DONE, token=claim.token)
-    if ctx.ledger.try_start_stitch(job_id):
-        ctx.ledger.move_job(job_id, JobState.DONE, output="(bench: no stitch)")
-    return "done"
+
+
+WORKS: dict[Phase, Work] = {Phase.RENDER: trivial_render, Phase.SEGMENT: trivial_segment}
+TASKS = {Phase.RENDER: BENCH_RENDER, Phase.SEGMENT: BENCH_ENCODE}
+
+
+class BenchDispatch(Dispatcher):
+    """The worker's dispatcher with the benchmark's tasks: a chunk sent on (a worker that does
+    not encode, a retry) goes to the bench task of its phase, and the stitch, with no video to
+    join, just finishes the job."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx.dispatch.app)
+        self.ledger = ctx.ledger
+
+    def send(self, phase: Phase, job_id: str, chunk: int, countdown_s: float = 0) -> str:
+        result = self.app.send_task(
+            TASKS[phase],
+            kwargs={"job_id": job_id, "chunk": chunk},
+            queue=str(PHASES[phase].queue),
+            countdown=countdown_s or None,
+        )
+        return str(result.id)
+
+    def stitch(self, job_id: str, countdown_s: float = 0) -> str:
+        self.ledger.move_job(job_id, JobState.DONE, output="(bench: no stitch)")
+        return ""
+
+
+def bench_context(ctx: WorkerContext) -> WorkerContext:
+    return dataclasses.replace(ctx, dispatch=BenchDispatch(ctx))
 
 
 def register(app: Celery, get_ctx: Callable[[], WorkerContext]) -> None:
+    made: list[WorkerContext] = []
+
+    def ctx() -> WorkerContext:
+        if not made:
+            made.append(bench_context(get_ctx()))
+        return made[0]
+
     @app.task(name=BENCH_RENDER, acks_late=True)  # type: ignore[untyped-decorator]
-    def render(job_id: str, chunk: int) -> str:
-        return trivial_render(get_ctx(), job_id, chunk)
+    def render(job_id: str, chunk: int) -> dict[str, Any]:
+        return run_chunk_phase(ctx(), job_id, chunk, PHASES[Phase.RENDER], WORKS)
 
     @app.task(name=BENCH_ENCODE, acks_late=True)  # type: ignore[untyped-decorator]
-    def encode(job_id: str, chunk: int) -> str:
-        return trivial_encode(get_ctx(), job_id, chunk)
+    def encode(job_id: str, chunk: int) -> dict[str, Any]:
+        return run_chunk_phase(ctx(), job_id, chunk, PHASES[Phase.SEGMENT], WORKS)
 
     @app.task(name=BENCH_NOOP, acks_late=True)  # type: ignore[untyped-decorator]
     def noop() -> None:

@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import redis
@@ -45,10 +45,45 @@ class Move:
     previous: str
     token: str = ""
     target: str = ""
+    gate: bool = False
+    """A move to done asked to (`gate=True`) and won the completion gate: send the stitch."""
 
     @property
     def moved(self) -> bool:
         return self.status == "ok"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """A claim (Ledger.claim) and what its attempt reads next, from the same round trip and as
+    they were just after it: the job, the chunk's frames and their records. `blocked`: the
+    worker's failures on this job when the claim stopped at the blocklist (status 'blocked';
+    nothing moved)."""
+
+    move: Move
+    job: dict[str, str] = field(default_factory=dict)
+    frames: list[int] = field(default_factory=list)
+    records: dict[int, tuple[int, str]] = field(default_factory=dict)
+    blocked: int = 0
+
+
+def _records(raw: dict[str, str]) -> dict[int, tuple[int, str]]:
+    """Frame records as the ledger keeps them (`size:sha256`), by frame."""
+    records = {}
+    for frame, value in raw.items():
+        size, _, digest = value.partition(":")
+        records[int(frame)] = (int(size), digest)
+    return records
+
+
+def _move_of(result: list[Any]) -> Move:
+    return Move(
+        status=result[0],
+        previous=result[1] or "",
+        token=(result[2] or "") if len(result) > 2 else "",
+        target=(result[3] or "") if len(result) > 3 else "",
+        gate=len(result) > 4 and int(result[4] or 0) == 1,
+    )
 
 
 @contextmanager
@@ -78,6 +113,8 @@ class Ledger:
         self._job_move = client.register_script(JOB_MOVE)
         self._plan_rest = client.register_script(PLAN_REST)
         self._split = client.register_script(SPLIT)
+        self._budgeted: set[str] = set()
+        """Jobs seen with a budget: their claims price it first, without stopping the script."""
         self.meter: dict[str, str] = {}
         """Fields every claim through this ledger records (a worker's instance type, lifecycle
         and price per second: cost.Instance.claim_fields), so each attempt is priced."""
@@ -259,12 +296,12 @@ class Ledger:
         return new
 
     def try_start_stitch(self, job_id: str) -> bool:
-        """The completion gate: true for exactly one caller once every chunk is done."""
+        """The completion gate: true for exactly one caller once every chunk is done (the
+        script records the event). Workers open it with their last done move (`gate=True`)."""
         with _wrapped("open the completion gate"):
-            won = bool(self._stitch(keys=[keys.r_job(job_id)], args=[time.time()]))
-        if won:
-            self.event(job_id, "stitch-gate")
-        return won
+            return bool(
+                self._stitch(keys=[keys.r_job(job_id), keys.r_events(job_id)], args=[time.time()])
+            )
 
     # ── chunks ────────────────────────────────────────────────────────────────────────────────
     def move_chunk(
@@ -278,60 +315,132 @@ class Ledger:
         mode: str = "",
         max_failures: int = 0,
         only_from: frozenset[ChunkState] | None = None,
+        gate: bool = False,
         **fields: Any,
     ) -> Move:
         """Move a chunk if the pipeline allows it from where it is (narrowed by `only_from`),
-        the token matches (when given) and, for a claim, the job still runs.
+        the token matches (when given) and, for a claim, the job still runs. One round trip:
+        the event, the attempt's cost and, with `gate`, the completion gate go in the same
+        script (Move.gate: this caller won the gate and sends the stitch).
 
         `mode`: claim (takes a lease; a new try after a fault counts an attempt), fail and
         expire (spend the failure or lost-lease budget), interrupt, handback (transient: no
         budget spent, but the next claim is a new try), or '' for a plain move."""
+        result = self._chunk_script(
+            job_id, index, target, token=token, lease_s=lease_s, mode=mode,
+            max_failures=max_failures, only_from=only_from, flags="g" if gate else "",
+            fields=fields,
+        )  # fmt: skip
+        return _move_of(result)
+
+    def claim(
+        self,
+        job_id: str,
+        index: int,
+        target: ChunkState,
+        *,
+        only_from: frozenset[ChunkState],
+        lease_s: float,
+        worker: str,
+        block_after: int = 0,
+        **fields: Any,
+    ) -> Claim:
+        """A worker's claim (move_chunk, mode claim) that also brings back, in the same round
+        trip, the job, the chunk's frames and their records. `block_after` > 0: stop instead
+        (status 'blocked', nothing moved) when `worker` has failed this job that many times, so
+        the caller can leave the chunk to a healthier worker (ask again with 0 to take it)."""
+        result = self._chunk_script(
+            job_id, index, target, lease_s=lease_s, mode="claim", only_from=only_from,
+            flags="r", block=worker if block_after > 0 else "", block_after=block_after,
+            fields={"worker": worker, **fields},
+        )  # fmt: skip
+        move = _move_of(result)
+        if move.status == "blocked":
+            return Claim(move=move, blocked=int(result[2]))
+        if not move.moved or len(result) < 8:
+            return Claim(move=move)
+        return Claim(
+            move=move,
+            job=json.loads(result[5]),
+            frames=json.loads(result[6]),
+            records=_records(json.loads(result[7])),
+        )
+
+    def _chunk_script(
+        self,
+        job_id: str,
+        index: int,
+        target: ChunkState,
+        *,
+        token: str = "",
+        lease_s: float | None,
+        mode: str,
+        max_failures: int = 0,
+        only_from: frozenset[ChunkState] | None,
+        flags: str,
+        fields: dict[str, Any],
+        block: str = "",
+        block_after: int = 0,
+    ) -> list[Any]:
+        """CHUNK_MOVE (farm/ledger_lua.py), its raw answer. The first claim of a job with a
+        budget stops in the script ('budget'), is priced here (enforce_budget may pause the
+        job) and asked again; later ones are priced first. A job without one costs no read."""
         now = time.time()
         expiry = "" if lease_s is None else str(now + lease_s)
         if lease_s is not None:
             fields["lease_expires"] = expiry
         if mode == "claim":
             fields = {**self.meter, **fields}
-            self.enforce_budget(job_id)
+            if job_id in self._budgeted:
+                self.enforce_budget(job_id)
+            else:
+                flags += "b"
         allowed = sources_of(target) if only_from is None else only_from
         if mode in ("fail", "expire") and only_from is None:
             # A failure or lost lease may send a running chunk past its phase's own return
             # state (to FAILED once the budget is spent).
             allowed = allowed | running_states()
-        sources = ",".join(allowed)
+        fields_json = json.dumps(fields)
+        tail = ", " + fields_json[1:] if fields else "}"
+        event = f'"t": {round(now, 3)}, "chunk": {index}{tail}'
+        args: list[str | int | float] = [
+            str(target),
+            ",".join(allowed),
+            token,
+            keys.lease_member(job_id, index),
+            expiry,
+            fields_json,
+            mode,
+            secrets.token_hex(4),
+            now,
+            max_failures,
+            event,  # the script puts {"event": "chunk-<target>", in front
+            flags,
+            block,
+            block_after,
+        ]
+        script_keys = [
+            keys.r_chunk(job_id, index),
+            keys.r_job(job_id),
+            keys.r_leases(),
+            keys.r_cost(job_id),
+            keys.r_attempts(job_id),
+            keys.r_events(job_id),
+            keys.r_blocklist(job_id),
+            keys.r_frames(job_id),
+        ]
         with _wrapped(f"move chunk {index} of {job_id} to {target}"):
-            result = self._move(
-                keys=[
-                    keys.r_chunk(job_id, index),
-                    keys.r_job(job_id),
-                    keys.r_leases(),
-                    keys.r_cost(job_id),
-                    keys.r_attempts(job_id),
-                ],
-                args=[
-                    str(target),
-                    sources,
-                    token,
-                    keys.lease_member(job_id, index),
-                    expiry,
-                    json.dumps(fields),
-                    mode,
-                    secrets.token_hex(4),
-                    now,
-                    max_failures,
-                ],
-            )
-        move = Move(
-            status=result[0],
-            previous=result[1],
-            token=result[2] if len(result) > 2 else "",
-            target=result[3] if len(result) > 3 else "",
-        )
-        if move.moved:
-            self.event(job_id, f"chunk-{move.target}", chunk=index, **fields)
-            if move.target == ChunkState.FAILED:  # the script may have failed the job
-                self.announce(job_id, JobState.FAILED)
-        return move
+            result: list[Any] = self._move(keys=script_keys, args=args)
+            if result[0] == "budget":
+                if len(self._budgeted) > 10_000:
+                    self._budgeted.clear()
+                self._budgeted.add(job_id)
+                self.enforce_budget(job_id)
+                args[11] = flags.replace("b", "")
+                result = self._move(keys=script_keys, args=args)
+        if result[0] == "ok" and len(result) > 3 and result[3] == ChunkState.FAILED:
+            self.announce(job_id, JobState.FAILED)  # the script may have failed the job
+        return result
 
     def renew(self, job_id: str, index: int, token: str, lease_s: float) -> str:
         """'ok', 'lost' (another attempt owns the chunk) or 'cancelled' (stop now)."""
@@ -384,13 +493,27 @@ class Ledger:
         with _wrapped("update chunk progress"):
             self.r.hset(keys.r_chunk(job_id, index), mapping={k: str(v) for k, v in fields.items()})
 
-    def record_frame(self, job_id: str, frame: int, size_bytes: int, sha256: str) -> None:
-        """Record a verified frame, and count renders per frame (more than one is waste)."""
+    def record_frame(
+        self,
+        job_id: str,
+        frame: int,
+        size_bytes: int,
+        sha256: str,
+        *,
+        chunk: int | None = None,
+        **progress: Any,
+    ) -> None:
+        """Record a verified frame, and count renders per frame (more than one is waste).
+        `chunk` and `progress`: fields set on that chunk in the same round trip."""
         with _wrapped("record a frame"):
             pipe = self.r.pipeline(transaction=True)
             pipe.hset(keys.r_frames(job_id), str(frame), f"{size_bytes}:{sha256}")
             pipe.hincrby(keys.r_renders(job_id), str(frame), 1)
             pipe.hincrby(keys.r_job(job_id), "frame_bytes", size_bytes)  # bytes moved (census)
+            if chunk is not None and progress:
+                pipe.hset(
+                    keys.r_chunk(job_id, chunk), mapping={k: str(v) for k, v in progress.items()}
+                )
             pipe.execute()
 
     def forget_frame(self, job_id: str, frame: int) -> None:
@@ -531,14 +654,18 @@ class Ledger:
             startup_s=float(raw["startup_s"]), frame_s=float(raw["frame_s"]), source=raw["source"]
         )
 
-    def frame_records(self, job_id: str) -> dict[int, tuple[int, str]]:
+    def frame_records(
+        self, job_id: str, frames: Iterable[int] | None = None
+    ) -> dict[int, tuple[int, str]]:
+        """Verified frames: (size, sha256) by frame; only `frames`, when given."""
         with _wrapped("read frame records"):
-            raw: dict[str, str] = self.r.hgetall(keys.r_frames(job_id))
-        records = {}
-        for frame, value in raw.items():
-            size, _, digest = value.partition(":")
-            records[int(frame)] = (int(size), digest)
-        return records
+            if frames is None:
+                raw: dict[str, str] = self.r.hgetall(keys.r_frames(job_id))
+            else:
+                names = [str(f) for f in frames]
+                values = self.r.hmget(keys.r_frames(job_id), names) if names else []
+                raw = {n: v for n, v in zip(names, values, strict=True) if v is not None}
+        return _records(raw)
 
     def expired_leases(self, now: float | None = None) -> list[tuple[str, int]]:
         with _wrapped("read leases"):

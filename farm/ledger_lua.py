@@ -12,43 +12,90 @@ def _lua_set(names: Iterable[str]) -> str:
     return "({" + ", ".join(f"['{n}']=true" for n in sorted(names)) + "})"
 
 
-# KEYS: 1 chunk hash, 2 job hash, 3 leases zset, 4 job cost hash, 5 job attempts list
+# The completion gate, shared by START_STITCH and CHUNK_MOVE: the job moves to 'stitching' for
+# exactly one caller, once every chunk is done, never while an auto-sized job's plan is pending
+# (chunks_total does not count the rest yet). Records the event; returns 1 for the winner, else 0.
+_GATE = r"""
+local function open_gate(job, events, now)
+  local j = redis.call('HMGET', job, 'state', 'plan_pending', 'chunks_done', 'chunks_total')
+  if j[1] ~= 'running' or j[2] == '1' or tonumber(j[3]) ~= tonumber(j[4]) then return 0 end
+  redis.call('HSET', job, 'state', 'stitching', 'stitch_started', now)
+  if redis.call('RPUSH', events,
+      '{"t": ' .. string.format('%.3f', tonumber(now)) .. ', "event": "stitch-gate"}') > 5000 then
+    redis.call('LTRIM', events, -5000, -1)
+  end
+  return 1
+end
+"""
+
+# KEYS: 1 chunk hash, 2 job hash, 3 leases zset, 4 job cost hash, 5 job attempts list,
+#       6 job events list, 7 job blocklist hash, 8 job frame records hash
 # ARGV: 1 target, 2 allowed sources (csv), 3 token ('' = any), 4 lease member,
 #       5 lease expiry ('' = drop lease), 6 JSON fields to set, 7 mode, 8 new token suffix,
-#       9 now, 10 max failures
-# Returns {status, previous_state, token_or_state}; status: ok | same | refused | stale | missing
-CHUNK_MOVE = r"""
-local state = redis.call('HGET', KEYS[1], 'state')
+#       9 now, 10 max failures, 11 the event's JSON after its opening brace ('' = none; its
+#       "event" is chunk-<where the chunk went>), 12 flags: 'b' a claim of a job with a budget
+#       stops with 'budget' (the caller prices it, then claims again without 'b'); 'g' a chunk
+#       done (now or already) tries the completion gate; 'r' a claim returns the job, the chunk's
+#       frames and their records; 13 a worker whose claim stops with 'blocked' once it has
+#       failed the job ARGV 14 times ('' = no check)
+# Returns {status, previous_state, token_or_state, target, gate_won, job, frames, records} (the
+# last three JSON, claims with 'r' only); status: ok | same | refused | stale | missing |
+# budget | blocked. One round trip for the move, its event, the attempt's meter, the gate and
+# the reads a claim needs; the chunk is read with one HMGET and written with one HSET.
+CHUNK_MOVE = (
+    _GATE
+    + r"""
+local c = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempt', 'retry', 'claims', 'started',
+  'claimed_at', 'lease_expires', 'price_per_s', 'instance_type', 'lifecycle', 'index')
+local state = c[1]
 if not state then return {'missing', '', ''} end
-local jstate = redis.call('HGET', KEYS[2], 'state')
+local j = redis.call('HMGET', KEYS[2], 'state', 'max_cost')
+local jstate = j[1]
 local target = ARGV[1]
 local mode = ARGV[7]
-if state == target and mode ~= 'claim' then return {'same', state, ''} end
+local flags = ARGV[12]
+if state == target and mode ~= 'claim' then
+  local won = 0
+  if target == 'done' and string.find(flags, 'g', 1, true) then  -- a retried call
+    won = open_gate(KEYS[2], KEYS[6], ARGV[9])
+  end
+  return {'same', state, '', target, won}
+end
 local allowed = false
 for s in string.gmatch(ARGV[2], '[^,]+') do if s == state then allowed = true end end
 if not allowed then return {'refused', state, jstate} end
-if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'token') ~= ARGV[3] then
-  return {'stale', state, ''}
-end
-if mode == 'expire' and tonumber(redis.call('HGET', KEYS[1], 'lease_expires') or '0') > tonumber(ARGV[9]) then
+if ARGV[3] ~= '' and c[2] ~= ARGV[3] then return {'stale', state, ''} end
+if mode == 'expire' and (tonumber(c[8] or '0') or 0) > tonumber(ARGV[9]) then
   return {'refused', state, 'renewed'}  -- renewed since the reconciler looked: not expired
 end
-local token = redis.call('HGET', KEYS[1], 'token') or ''
+local fields = cjson.decode(ARGV[6])
+local token = c[2] or ''
+local sets = {}  -- the chunk's new fields, written by one HSET at the end (a later one wins)
+local function set(k, v) sets[#sets + 1] = k; sets[#sets + 1] = v end
 if mode == 'claim' then
   if jstate ~= 'queued' and jstate ~= 'running' then return {'refused', state, jstate} end
+  if ARGV[13] ~= '' then
+    local failed = tonumber(redis.call('HGET', KEYS[7], ARGV[13]) or '0') or 0
+    if failed >= tonumber(ARGV[14]) then return {'blocked', state, tostring(failed)} end
+  end
+  if string.find(flags, 'b', 1, true) and (tonumber(j[2] or '0') or 0) > 0 then
+    return {'budget', state, jstate}
+  end
   -- `attempt` counts tries of the chunk: a claim after a failure, lost lease, interruption or
   -- hand-back starts a new one; the next phase of a clean try keeps it.
-  local attempt = tonumber(redis.call('HGET', KEYS[1], 'attempt') or '0')
-  if attempt == 0 or redis.call('HGET', KEYS[1], 'retry') == '1' then
-    attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-    redis.call('HSET', KEYS[1], 'retry', '0')
+  local attempt = tonumber(c[3] or '0') or 0
+  if attempt == 0 or c[4] == '1' then
+    attempt = attempt + 1
+    set('attempt', attempt)
+    set('retry', '0')
   end
-  local claims = redis.call('HINCRBY', KEYS[1], 'claims', 1)
+  local claims = (tonumber(c[5] or '0') or 0) + 1
   token = tostring(attempt) .. ':' .. tostring(claims) .. '-' .. ARGV[8]
-  redis.call('HSET', KEYS[1], 'token', token)
+  set('claims', claims)
+  set('token', token)
   if jstate == 'queued' then redis.call('HSET', KEYS[2], 'state', 'running', 'started', ARGV[9]) end
-  if not redis.call('HGET', KEYS[1], 'started') then redis.call('HSET', KEYS[1], 'started', ARGV[9]) end
-  redis.call('HSET', KEYS[1], 'claimed_at', ARGV[9])
+  if not c[6] then set('started', ARGV[9]) end
+  set('claimed_at', ARGV[9])
 elseif mode == 'fail' or mode == 'expire' then
   -- A failure spends the chunk's budget; a lost lease (a worker that vanished) spends a
   -- separate, larger one, so reclaimed spot instances do not fail jobs but a chunk that kills
@@ -58,10 +105,9 @@ elseif mode == 'fail' or mode == 'expire' then
   if failures >= tonumber(ARGV[10]) then
     target = 'failed'
     if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
-      local fields = cjson.decode(ARGV[6])
       local what = (mode == 'fail') and ' failed ' or ' lost its worker '
       redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9],
-        'error', 'chunk ' .. redis.call('HGET', KEYS[1], 'index') .. what ..
+        'error', 'chunk ' .. c[12] .. what ..
         tostring(failures) .. ' times: ' .. (fields['error'] or 'unknown error'))
     end
   end
@@ -72,29 +118,26 @@ elseif mode == 'interrupt' then
     target = 'failed'
     if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
       redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9], 'error',
-        'chunk ' .. redis.call('HGET', KEYS[1], 'index') .. ' was interrupted ' ..
-        tostring(interruptions) .. ' times')
+        'chunk ' .. c[12] .. ' was interrupted ' .. tostring(interruptions) .. ' times')
     end
   end
 end
 if mode == 'fail' or mode == 'expire' or mode == 'interrupt' or mode == 'handback'
    or target == 'cancelled' then
-  redis.call('HSET', KEYS[1], 'retry', '1')
+  set('retry', '1')
 end
-local fields = cjson.decode(ARGV[6])
 -- The meter: an attempt ends when its chunk leaves a running state; its wall time is paid GPU
 -- time at the price its claim recorded, wasted unless it left the chunk done for its phase.
-local claimed = tonumber(redis.call('HGET', KEYS[1], 'claimed_at') or '')
+local claimed = tonumber(c[7] or '')
 if mode ~= 'claim' and claimed and HELD[state] then
   local ended = tonumber(ARGV[9])
   if mode == 'expire' then  -- the worker vanished somewhere before its lease ran out
-    local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_expires') or '')
+    local lease = tonumber(c[8] or '')
     if lease and lease < ended then ended = lease end
   end
   local secs = math.max(ended - claimed, 0)
-  local per_s = tonumber(redis.call('HGET', KEYS[1], 'price_per_s') or '0') or 0
-  local where = (redis.call('HGET', KEYS[1], 'instance_type') or 'unknown') .. ':' ..
-    (redis.call('HGET', KEYS[1], 'lifecycle') or 'local')
+  local per_s = tonumber(c[9] or '0') or 0
+  local where = (c[10] or 'unknown') .. ':' .. (c[11] or 'local')
   local useful = USEFUL[target] == true
   redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s', secs)
   redis.call('HINCRBYFLOAT', KEYS[4], 'cost', secs * per_s)
@@ -111,26 +154,56 @@ if mode ~= 'claim' and claimed and HELD[state] then
   end
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s', secs)
   redis.call('HINCRBYFLOAT', KEYS[1], 'cost', secs * per_s)
-  redis.call('HSET', KEYS[1], 'last_attempt_s', secs)
   redis.call('HDEL', KEYS[1], 'claimed_at')
-  redis.call('RPUSH', KEYS[5], cjson.encode({chunk = tonumber(redis.call('HGET', KEYS[1], 'index')),
+  set('last_attempt_s', secs)
+  redis.call('RPUSH', KEYS[5], cjson.encode({chunk = tonumber(c[12]),
     phase = state, ['end'] = target, mode = mode, s = secs, cost = secs * per_s, where = where,
     t = tonumber(ARGV[9])}))
 end
-for k, v in pairs(fields) do redis.call('HSET', KEYS[1], k, tostring(v)) end
-redis.call('HSET', KEYS[1], 'state', target, 'updated', ARGV[9])
+for k, v in pairs(fields) do set(k, tostring(v)) end
+set('state', target)
+set('updated', ARGV[9])
+if target == 'done' then set('finished', ARGV[9]) end
+redis.call('HSET', KEYS[1], unpack(sets))
 if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
 else
   redis.call('ZREM', KEYS[3], ARGV[4])
 end
+if ARGV[11] ~= '' and
+   redis.call('RPUSH', KEYS[6], '{"event": "chunk-' .. target .. '", ' .. ARGV[11]) > 5000 then
+  redis.call('LTRIM', KEYS[6], -5000, -1)  -- the newest 5000, as Ledger.event keeps
+end
+local won = 0
 if target == 'done' then
   redis.call('HINCRBY', KEYS[2], 'chunks_done', 1)
-  redis.call('HSET', KEYS[1], 'finished', ARGV[9])
+  if string.find(flags, 'g', 1, true) then won = open_gate(KEYS[2], KEYS[6], ARGV[9]) end
 end
-return {'ok', state, token, target}
+if mode == 'claim' and string.find(flags, 'r', 1, true) then
+  -- What the attempt reads next, here rather than in three more round trips, each as one JSON
+  -- text (cheap to parse): the job, the chunk's frames, and the records of those frames only
+  -- (not the job's every frame).
+  local frames_json = redis.call('HGET', KEYS[1], 'frames') or '[]'
+  local frames = cjson.decode(frames_json)
+  local records = {}
+  local any = false
+  for first = 1, #frames, 1000 do  -- HMGET in slices: unpack() is bounded by Lua's stack
+    local names = {}
+    for i = first, math.min(first + 999, #frames) do names[#names + 1] = tostring(frames[i]) end
+    for i, value in ipairs(redis.call('HMGET', KEYS[8], unpack(names))) do
+      if value then records[names[i]] = value; any = true end
+    end
+  end
+  local job = {}
+  local flat = redis.call('HGETALL', KEYS[2])
+  for i = 1, #flat, 2 do job[flat[i]] = flat[i + 1] end
+  return {'ok', state, token, target, won, cjson.encode(job), frames_json,
+    any and cjson.encode(records) or '{}'}
+end
+return {'ok', state, token, target, won}
 """.replace("HELD", _lua_set(running_states()), 1).replace(
-    "USEFUL", _lua_set(spec.done for spec in PHASES.values()), 1
+        "USEFUL", _lua_set(spec.done for spec in PHASES.values()), 1
+    )
 )
 
 # KEYS: 1 chunk hash, 2 leases zset; ARGV: 1 token, 2 new expiry, 3 member, 4 job hash key
@@ -151,17 +224,14 @@ return 'ok'
 """
 ).replace("RUNNING", _lua_set(running_states()), 1)
 
-# KEYS: 1 job hash; ARGV: 1 now. The completion gate: exactly one caller wins 'stitching'.
-# Never while an auto-sized job's plan is pending: chunks_total does not count the rest yet.
-START_STITCH = r"""
-local state = redis.call('HGET', KEYS[1], 'state')
-if state ~= 'running' then return 0 end
-if redis.call('HGET', KEYS[1], 'plan_pending') == '1' then return 0 end
-if tonumber(redis.call('HGET', KEYS[1], 'chunks_done')) ~=
-   tonumber(redis.call('HGET', KEYS[1], 'chunks_total')) then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'stitching', 'stitch_started', ARGV[1])
-return 1
+# KEYS: 1 job hash, 2 job events list; ARGV: 1 now. The completion gate on its own (the
+# reconciler's backstop; a worker's last done move opens it in CHUNK_MOVE).
+START_STITCH = (
+    _GATE
+    + r"""
+return open_gate(KEYS[1], KEYS[2], ARGV[1])
 """
+)
 
 # KEYS: 1 job hash; ARGV: 1 target, 2 allowed sources csv, 3 JSON fields
 JOB_MOVE = r"""

@@ -14,6 +14,7 @@ import shutil
 import signal
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -67,10 +68,22 @@ class ChunkAttempt:
     """A claimed chunk under its lease: the phase's work runs inside `with attempt.keeper`."""
 
     def __init__(
-        self, ctx: WorkerContext, job: dict[str, str], index: int, phase: PhaseSpec, token: str
+        self,
+        ctx: WorkerContext,
+        job: dict[str, str],
+        index: int,
+        phase: PhaseSpec,
+        token: str,
+        *,
+        frames: list[int] | None = None,
+        records: dict[int, tuple[int, str]] | None = None,
     ) -> None:
+        """`frames`, `records`: the chunk's frames and their records as the claim brought them
+        back (Ledger.claim); read from the ledger when not given."""
         self.ctx = ctx
         self.job = job
+        self._frames = frames
+        self._records = records
         self.job_id = job["id"]
         self.index = index
         self.phase = phase
@@ -88,6 +101,8 @@ class ChunkAttempt:
         self.workspace = ctx.job_dir(self.job_id) / f"{phase.phase}-{index:05d}"
         self.log_path = self.workspace / f"{phase.log_name}.log"
         self.log_key = keys.log_key(self.job_id, index, self.number, phase.log_name)
+        self._uploads: list[Future[None]] = []
+        self._pool: ThreadPoolExecutor | None = None
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -95,8 +110,17 @@ class ChunkAttempt:
 
     @cached_property
     def frames(self) -> list[int]:
+        if self._frames is not None:
+            return self._frames
         frames: list[int] = json.loads(self.ctx.ledger.chunk(self.job_id, self.index)["frames"])
         return frames
+
+    @cached_property
+    def records(self) -> dict[int, tuple[int, str]]:
+        """The verified records of this chunk's frames: (size, sha256) by frame."""
+        if self._records is not None:
+            return self._records
+        return self.ctx.ledger.frame_records(self.job_id, self.frames)
 
     def fresh_workspace(self) -> Path:
         shutil.rmtree(self.workspace, ignore_errors=True)
@@ -114,6 +138,26 @@ class ChunkAttempt:
             self.log_path.write_text(text.replace(redact, "<master URL>"))
         self.ctx.store.put_file(self.log_key, self.log_path)
 
+    def upload_log_soon(self, redact: str = "") -> None:
+        """Upload the log in the background, beside what the phase does next (a probe, the
+        segment's upload); `settle` waits for it before the result is recorded."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-upload")
+        self._uploads.append(self._pool.submit(self.upload_log, redact))
+
+    def settle(self, *, quiet: bool = False) -> None:
+        """Wait for the background uploads; raise the first that failed (`quiet`: log it, for
+        an attempt that already failed)."""
+        uploads, self._uploads = self._uploads, []
+        errors = [exc for exc in (u.exception() for u in uploads) if exc is not None]
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if errors and quiet:
+            log.warning("chunk %s/%d: log upload failed: %s", self.job_id, self.index, errors[0])
+        elif errors:
+            raise errors[0]
+
     def run_child(
         self,
         argv: list[str],
@@ -129,6 +173,7 @@ class ChunkAttempt:
         its end means for the chunk: lost lease, interruption, or a failure with its log tail.
         `redact`: a secret (a presigned URL) kept out of the log and the error; `box`: run the
         program inside it (farm.sandbox), for untrusted input such as a scene."""
+        self.settle()  # a second child writes the same log: the last upload of it ends first
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.keeper.upload_log = lambda: self.upload_log(redact)
         try:
@@ -141,7 +186,7 @@ class ChunkAttempt:
             )
         finally:
             self.keeper.upload_log = None
-        self.upload_log(redact)
+        self.upload_log_soon(redact)
         self.check_lease(f"while {what} ran")
         if self.keeper.stopped_for:
             raise ChunkInterrupted(f"chunk {self.index}: {self.keeper.stopped_for}")
@@ -176,54 +221,63 @@ def run_attempt(
     work: Work,
     *,
     send_next: bool = True,
+    block_after: int = 0,
 ) -> dict[str, Any]:
     """Claim the chunk for `phase`, run `work` under the lease, write its manifest last, record
     the chunk done for this phase and hand it on (`send_next` false: the caller runs the next
-    phase itself). Raises what the work raised (tasks.py turns it
-    into the ledger move the failure policy asks for)."""
-    job = ctx.ledger.job(job_id)
-    if not job:
-        return {"skipped": "unknown job"}
-    claim = ctx.ledger.move_chunk(
+    phase itself). Raises what the work raised (tasks.py turns it into the ledger move the
+    failure policy asks for). `block_after` > 0: a worker that failed the job that many times
+    claims nothing and gets {"blocked": failures} (the caller decides; see Ledger.claim).
+
+    Ledger round trips of a clean attempt: the claim (which also brings back the job, the chunk's
+    frames and their records), the lease renewals, and the done move (with the completion gate
+    after the last phase)."""
+    claimed = ctx.ledger.claim(
         job_id,
         index,
         phase.running,
-        mode="claim",
         only_from=phase.claim_from,
         lease_s=ctx.settings.lease_s,
         worker=ctx.name,
+        block_after=block_after,
         phase=str(phase.phase),
     )
+    claim = claimed.move
+    if claim.status == "blocked":
+        return {"job_id": job_id, "chunk": index, "blocked": claimed.blocked}
     if not claim.moved:
+        if claim.status == "missing":
+            return {"skipped": "unknown job"}
         log.info("chunk %s/%d not claimed for %s (%s, was %s)", job_id, index, phase.phase,
                  claim.status, claim.previous)  # fmt: skip
         return {"skipped": f"chunk is {claim.previous}"}
     hold(claim.token)
-    attempt = ChunkAttempt(ctx, job, index, phase, claim.token)
+    attempt = ChunkAttempt(ctx, claimed.job, index, phase, claim.token, frames=claimed.frames,
+                           records=claimed.records)  # fmt: skip
     try:
         # The lease covers the whole attempt, downloads and uploads included: a slow store must
         # not let the reconciler hand the chunk to another worker.
         with attempt.keeper:
             outcome = work(attempt)
+            attempt.settle()  # the log is in the store before the chunk is recorded
             attempt.check_lease("before the result was recorded")
             if outcome.manifest is not None:
                 ctx.store.put_json(keys.manifest_key(job_id, index), outcome.manifest)
     finally:
+        attempt.settle(quiet=True)  # a failed attempt's log too, before its workspace goes
         shutil.rmtree(attempt.workspace, ignore_errors=True)
-    move = ctx.ledger.move_chunk(job_id, index, phase.done, token=claim.token, **outcome.fields)
+    # After the last phase the same script tries the completion gate (one stitch per job).
+    move = ctx.ledger.move_chunk(
+        job_id, index, phase.done, token=claim.token, gate=phase.next is None, **outcome.fields
+    )
     if move.status not in ("ok", "same"):  # 'same': a retried call already recorded it
         raise LeaseLost(f"chunk {index}: could not record the {phase.phase} ({move.status})")
-    if send_next or phase.next is None:
-        hand_off(ctx, job_id, index, phase)
-    return {"job_id": job_id, "chunk": index, "done": True, **outcome.summary}
-
-
-def hand_off(ctx: WorkerContext, job_id: str, index: int, phase: PhaseSpec) -> None:
-    """The chunk's next phase, or, after its last, the completion gate (one stitch per job)."""
-    if phase.next is not None:
+    if phase.next is None:
+        if move.gate:
+            ctx.dispatch.stitch(job_id)
+    elif send_next:
         ctx.dispatch.send(phase.next, job_id, index)
-    elif ctx.ledger.try_start_stitch(job_id):
-        ctx.dispatch.stitch(job_id)
+    return {"job_id": job_id, "chunk": index, "done": True, **outcome.summary}
 
 
 def segment_manifest(

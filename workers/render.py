@@ -47,6 +47,7 @@ class FrameUploader:
         default_factory=queue.Queue
     )
     _thread: threading.Thread | None = None
+    _started: tuple[int, float] | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="frame-upload")
@@ -60,10 +61,14 @@ class FrameUploader:
     def starting(self, frame: int, frame_s: float) -> None:
         """Record the frame Blender starts and its mean frame time so far: a split of this chunk
         (farm.split) leaves that frame and the next few, by time, to this attempt."""
+        started = (frame, round(frame_s, 3))
+        if started == self._started:  # the attempt's first frame, told again by Blender
+            return
         try:
             self.ledger.set_chunk_fields(
-                self.job_id, self.chunk, frame_on=frame, frame_s_live=round(frame_s, 3)
+                self.job_id, self.chunk, frame_on=frame, frame_s_live=started[1]
             )
+            self._started = started
         except FarmError as exc:  # only a split waits on it; the next frame records again
             log.warning("could not record frame %d as started: %s", frame, exc)
 
@@ -94,11 +99,11 @@ class FrameUploader:
                 size = path.stat().st_size
                 digest = sha256_file(path)
                 self.store.put_file(keys.frame_key(self.job_id, frame), path, intermediate=True)
-                self.ledger.record_frame(self.job_id, frame, size, digest)
+                self.ledger.record_frame(  # the record and the chunk's progress: one round trip
+                    self.job_id, frame, size, digest, chunk=self.chunk,
+                    frames_rendered=len(self.done) + 1,
+                )  # fmt: skip
                 self.done.append(frame)
-                self.ledger.set_chunk_fields(
-                    self.job_id, self.chunk, frames_rendered=len(self.done)
-                )
                 firsts = {"first_frame_at": time.time()}
                 if self.ffmpeg:
                     thumbnail.make_and_upload(self.ffmpeg, self.store, self.job_id, frame, path)
@@ -111,9 +116,16 @@ class FrameUploader:
             self.upload_s += time.monotonic() - started
 
 
-def frames_to_render(ctx: WorkerContext, job_id: str, frames: list[int]) -> list[int]:
-    """Skip frames whose verified record exists and whose object is in the store at that size."""
-    records = ctx.ledger.frame_records(job_id)
+def frames_to_render(
+    ctx: WorkerContext,
+    job_id: str,
+    frames: list[int],
+    records: dict[int, tuple[int, str]] | None = None,
+) -> list[int]:
+    """Skip frames whose verified record exists and whose object is in the store at that size.
+    `records`: the frames' records when the caller has them (the claim brought them back)."""
+    if records is None:
+        records = ctx.ledger.frame_records(job_id, frames)
     todo = []
     for frame in frames:
         record = records.get(frame)
@@ -131,7 +143,7 @@ def render_frames(attempt: ChunkAttempt) -> Outcome:
     spec, frames = attempt.spec, attempt.frames
     scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
     fetched_s = time.monotonic() - started
-    todo = frames_to_render(ctx, job_id, frames)
+    todo = frames_to_render(ctx, job_id, frames, attempt.records)
     uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index, ffmpeg=ctx.settings.ffmpeg)
     saved_s: list[float] = []
     timing: dict[str, float] = {}

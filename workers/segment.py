@@ -23,11 +23,17 @@ log = logging.getLogger(__name__)
 
 
 def gather_frames(
-    ctx: WorkerContext, job_id: str, frames: list[int], seq_dir: Path
+    ctx: WorkerContext,
+    job_id: str,
+    frames: list[int],
+    seq_dir: Path,
+    records: dict[int, tuple[int, str]] | None = None,
 ) -> list[dict[str, object]]:
     """Lay the chunk's frames out as 000000.png… for ffmpeg: the local copy this worker rendered
-    when its checksum matches the ledger's record, else a download from the store."""
-    records = ctx.ledger.frame_records(job_id)
+    when its checksum matches the ledger's record, else a download from the store. `records`:
+    the frames' records when the caller has them (the claim brought them back)."""
+    if records is None:
+        records = ctx.ledger.frame_records(job_id, frames)
     rendered = ctx.job_dir(job_id) / "frames"
     entries = []
     for n, frame in enumerate(frames):
@@ -59,7 +65,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
     spec, frames = attempt.spec, attempt.frames
     seq_dir = attempt.fresh_workspace() / "seq"
     seq_dir.mkdir()
-    entries = gather_frames(ctx, job_id, frames, seq_dir)
+    entries = gather_frames(ctx, job_id, frames, seq_dir, attempt.records)
     gathered_s = time.monotonic() - started
     # Frames this worker rendered are hard links; the rest came from the store (bytes moved).
     fetched_bytes = sum(p.stat().st_size for p in seq_dir.iterdir() if p.stat().st_nlink == 1)

@@ -61,7 +61,9 @@ BLOCK_AFTER = 2
 
 def kept_off(ctx: WorkerContext, job_id: str, queue: str) -> bool:
     """True when this worker failed the job's chunks repeatedly and another healthy worker that
-    serves the queue is alive to take them; with no one else, it keeps trying (the budget ends it)."""
+    serves the queue is alive to take them; with no one else, it keeps trying (the budget ends it).
+    Asked only once a claim stopped at the blocklist (Ledger.claim's `block_after`), so a
+    worker in good standing reads neither the blocklist nor the workers for it."""
     blocked = ctx.ledger.blocked(job_id)
     if blocked.get(ctx.name, 0) < BLOCK_AFTER:
         return False
@@ -106,11 +108,16 @@ def _run_phase(
         # The message reached a worker that is going away: send it on for another to take.
         resend()
         return {"job_id": job_id, "chunk": chunk, "handed_back": f"draining: {ctx.drain.reason}"}
-    if kept_off(ctx, job_id, phase.queue):
-        resend(2.0)
-        return {"job_id": job_id, "chunk": chunk, "handed_back": "blocklisted on this job"}
     attempt.release()
     try:
+        result = attempt.run_attempt(
+            ctx, job_id, chunk, phase, work, send_next=send_next, block_after=BLOCK_AFTER
+        )
+        if "blocked" not in result:
+            return result
+        if kept_off(ctx, job_id, phase.queue):
+            resend(2.0)
+            return {"job_id": job_id, "chunk": chunk, "handed_back": "blocklisted on this job"}
         return attempt.run_attempt(ctx, job_id, chunk, phase, work, send_next=send_next)
     except LeaseLost as exc:
         log.warning("%s", exc)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import dispatch, overhead, stitch, store
+from bench import dispatch, ledger, overhead, stitch, store
 from bench.common import ROOT, LocalFarm, Row
 
 
@@ -39,6 +39,13 @@ def test_dispatch_smoke(bench_farm: LocalFarm) -> None:
     _rows_ok(rows, "dispatch")
     assert result["farm_chunks_per_s"] > 0 and result["bare_tasks_per_s"] > 0
     assert result["farm_chunk_latency_ms_median"] > 0
+
+
+def test_ledger_smoke() -> None:
+    result, rows = ledger.run(quick=True)
+    _rows_ok(rows, "ledger")
+    assert result["transitions_per_s"] > 0 and result["ping_round_trips_per_s"] > 0
+    assert result["round_trips_per_chunk"] == 8  # see bench.ledger.chunk_life
 
 
 def test_stitch_smoke() -> None:

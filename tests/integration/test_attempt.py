@@ -327,3 +327,25 @@ def test_a_render_only_worker_sends_the_segment_on(ctx: WorkerContext) -> None:
     run_chunk_phase(gpu_without_encoder, "j1", 0, RENDER, {Phase.RENDER: succeed})
     assert sent(ctx) == [("segment", "j1", 0)]
     assert ctx.ledger.chunk("j1", 0)["state"] == ChunkState.RENDERED
+
+
+def test_a_worker_that_keeps_failing_a_job_leaves_its_chunks_to_a_healthy_one(
+    ctx: WorkerContext,
+) -> None:
+    """GIVEN w1 failed job j1 twice and w2, healthy, serves the render queue WHEN w1 gets a
+    render of j1 THEN it claims nothing and sends the chunk on for another worker."""
+    for _ in range(2):
+        ctx.ledger.blame("j1", "w1")
+    ctx.ledger.heartbeat("w2", {"queues": ["render"]})
+    result = run(ctx, 0, RENDER, succeed)
+    assert "handed_back" in result and sent(ctx) == [("render", "j1", 0)]
+    assert ctx.ledger.chunk("j1", 0)["attempt"] == "0"
+
+
+def test_a_blocklisted_worker_alone_still_takes_the_chunk(ctx: WorkerContext) -> None:
+    """GIVEN w1 failed job j1 twice and no other worker is alive THEN it renders the chunk (the
+    failure budget, not the blocklist, ends a job nobody can render)."""
+    for _ in range(2):
+        ctx.ledger.blame("j1", "w1")
+    result = run(ctx, 0, RENDER, succeed)
+    assert result.get("done") and ctx.ledger.chunk("j1", 0)["state"] == ChunkState.RENDERED
