@@ -13,6 +13,8 @@ import pytest
 import redis
 
 from farm.ledger import Ledger
+from farm.plan import plan_chunks
+from farm.spec import build_render_spec
 
 
 def _free_port() -> int:
@@ -52,3 +54,16 @@ def ledger(redis_url: str) -> Iterator[Ledger]:
     ledger = Ledger.from_url(redis_url)
     ledger.r.flushdb()
     yield ledger
+
+
+def make_job(
+    ledger: Ledger, job_id: str = "j1", frames: str = "1-20", chunk_size: int = 10
+) -> None:
+    """A render job of `frames` in chunks of `chunk_size`, recorded in the ledger (no messages)."""
+    spec = build_render_spec(
+        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
+        fps=24, samples=4, codec="h264",
+    )  # fmt: skip
+    ledger.create_job(
+        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k"
+    )

@@ -8,19 +8,10 @@ import pytest
 
 from farm.errors import UnreachableError
 from farm.ledger import Ledger
-from farm.plan import plan_chunks
-from farm.spec import build_render_spec
 from farm.state import ChunkState, JobState
+from tests.integration.conftest import make_job
 
-
-def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-20", chunk_size: int = 10) -> None:
-    spec = build_render_spec(
-        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
-        fps=24, samples=4, codec="h264",
-    )  # fmt: skip
-    ledger.create_job(
-        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k"
-    )
+_job = make_job
 
 
 def _finish(ledger: Ledger, job_id: str, index: int) -> None:

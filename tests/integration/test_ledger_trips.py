@@ -13,9 +13,8 @@ import redis
 
 from farm.ledger import Ledger
 from farm.pipeline import PHASES, Phase
-from farm.plan import plan_chunks
-from farm.spec import build_render_spec
 from farm.state import ChunkState, JobState
+from tests.integration.conftest import make_job
 
 RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]
 
@@ -42,14 +41,7 @@ def trips(fn: Any) -> tuple[Any, int]:
     return result, _Counting.sends - before
 
 
-def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-20", chunk_size: int = 10) -> None:
-    spec = build_render_spec(
-        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
-        fps=24, samples=4, codec="h264",
-    )  # fmt: skip
-    ledger.create_job(
-        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k"
-    )
+_job = make_job
 
 
 def _claim(ledger: Ledger, index: int, phase: Any = RENDER, **kwargs: Any) -> Any:

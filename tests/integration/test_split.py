@@ -13,22 +13,15 @@ import pytest
 from farm import keys, speeds
 from farm.chunking import worker_factors
 from farm.ledger import Ledger
-from farm.plan import plan_chunks
 from farm.settings import Settings
-from farm.spec import build_render_spec
 from farm.split import choose
 from farm.state import ChunkState, JobState
+from tests.integration.conftest import make_job
 from workers import splitter
 
 
 def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-24", chunk_size: int = 24) -> str:
-    spec = build_render_spec(
-        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
-        fps=24, samples=4, codec="h264",
-    )  # fmt: skip
-    ledger.create_job(
-        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k"
-    )
+    make_job(ledger, job_id, frames, chunk_size)
     claim = ledger.move_chunk(job_id, 0, ChunkState.RENDERING, mode="claim", lease_s=30, worker="w")
     return claim.token
 
