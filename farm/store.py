@@ -174,8 +174,13 @@ class Store:
     def put_file(self, key: str, path: Path, *, intermediate: bool = False) -> None:
         """Upload a file (multipart above 64 MiB). `intermediate` tags frames and segments so the
         bucket's lifecycle rule can expire them once deliverables exist."""
-        extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else None
+        extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else {}
         with _wrapped(f"upload {key}"):
+            if path.stat().st_size < _TRANSFER.multipart_threshold:
+                # One PUT: s3transfer's thread and future machinery costs more than a frame's send.
+                with path.open("rb") as body:
+                    self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, **extra)
+                return
             self.s3.upload_file(str(path), self.bucket, key, Config=_TRANSFER, ExtraArgs=extra)
 
     def put_bytes(
