@@ -139,7 +139,9 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(mem_kb / 1024 / 1024, 1),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "blender": _version(["blender", "--version"]),
+        # The Blender the farm renders with (the bpy wheel), not whatever `blender` is on PATH.
+        "blender": "bpy "
+        + _version([sys.executable, "-c", "import bpy; print(bpy.app.version_string)"]),
         "ffmpeg": _version(["ffmpeg", "-version"]),
         "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
         "disk_free_gib": round(shutil.disk_usage(tempfile.gettempdir()).free / 2**30, 1),
