@@ -98,7 +98,12 @@ def up(ctx: click.Context, data: Path | None, workers: int, threads: int, use_tl
         data, workers, ctx.meta["config_path"], _settings(ctx), threads, use_tls=use_tls
     )
     if not started:
-        click.echo(f"farm is already up (data in {data.resolve()}); `farm down` stops it")
+        running_tls = bool(settings.tls_cert_file)
+        how = " with TLS" if running_tls else " without TLS"
+        click.echo(f"farm is already up{how} (data in {data.resolve()}); `farm down` stops it")
+        if use_tls != running_tls:
+            click.echo(f"  to run it {'with' if use_tls else 'without'} TLS: `farm down`, then "
+                       f"`farm up{' --tls' if use_tls else ''}`")  # fmt: skip
         return
     click.echo(f"farm is up; data in {settings.data_dir}")
     where = settings.redis_url.split("@")[-1].split("?")[0]

@@ -16,10 +16,14 @@ def _lua_set(names: Iterable[str]) -> str:
 # exactly one caller, once every chunk is done, never while an auto-sized job's plan is pending
 # (chunks_total does not count the rest yet). Records the event; returns 1 for the winner, else 0.
 _GATE = r"""
-local function open_gate(job, events, now)
-  local j = redis.call('HMGET', job, 'state', 'plan_pending', 'chunks_done', 'chunks_total')
+local function open_gate(job, events, now, winner)
+  local j = redis.call('HMGET', job, 'state', 'plan_pending', 'chunks_done', 'chunks_total',
+    'stitch_token')
+  if j[1] == 'stitching' and winner ~= '' and j[5] == winner then
+    return 1  -- the winner's retried call (its first reply was lost): it still sends the stitch
+  end
   if j[1] ~= 'running' or j[2] == '1' or tonumber(j[3]) ~= tonumber(j[4]) then return 0 end
-  redis.call('HSET', job, 'state', 'stitching', 'stitch_started', now)
+  redis.call('HSET', job, 'state', 'stitching', 'stitch_started', now, 'stitch_token', winner)
   if redis.call('RPUSH', events,
       '{"t": ' .. string.format('%.3f', tonumber(now)) .. ', "event": "stitch-gate"}') > 5000 then
     redis.call('LTRIM', events, -5000, -1)
@@ -55,9 +59,10 @@ local target = ARGV[1]
 local mode = ARGV[7]
 local flags = ARGV[12]
 if state == target and mode ~= 'claim' then
+  if ARGV[3] ~= '' and c[2] ~= ARGV[3] then return {'stale', state, ''} end
   local won = 0
   if target == 'done' and string.find(flags, 'g', 1, true) then  -- a retried call
-    won = open_gate(KEYS[2], KEYS[6], ARGV[9])
+    won = open_gate(KEYS[2], KEYS[6], ARGV[9], ARGV[3])
   end
   return {'same', state, '', target, won}
 end
@@ -177,7 +182,7 @@ end
 local won = 0
 if target == 'done' then
   redis.call('HINCRBY', KEYS[2], 'chunks_done', 1)
-  if string.find(flags, 'g', 1, true) then won = open_gate(KEYS[2], KEYS[6], ARGV[9]) end
+  if string.find(flags, 'g', 1, true) then won = open_gate(KEYS[2], KEYS[6], ARGV[9], ARGV[3]) end
 end
 if mode == 'claim' and string.find(flags, 'r', 1, true) then
   -- What the attempt reads next, here rather than in three more round trips, each as one JSON
@@ -229,7 +234,7 @@ return 'ok'
 START_STITCH = (
     _GATE
     + r"""
-return open_gate(KEYS[1], KEYS[2], ARGV[1])
+return open_gate(KEYS[1], KEYS[2], ARGV[1], '')
 """
 )
 

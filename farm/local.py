@@ -158,7 +158,9 @@ def _wait_for(what: str, check: Any, timeout_s: float, log_path: Path) -> None:
 
 def _http_answers(url: str, ca_file: str) -> None:
     """Any HTTP answer will do (Flower says 401 without credentials): the server is up."""
-    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
+    context = (
+        ssl.create_default_context(cafile=ca_file or None) if url.startswith("https") else None
+    )
     try:
         urllib.request.urlopen(url + "/healthcheck", timeout=2, context=context).close()
     except urllib.error.HTTPError:
@@ -292,7 +294,7 @@ def up(
         flower_user=keys["flower_user"],
         flower_password=keys["flower_password"],
         web_url=f"{scheme}://{HOST}:{farm.ports['web']}",
-        ca_file=str(ca) if use_tls else Settings.model_fields["ca_file"].default,
+        ca_file=str(ca) if use_tls else "",
         tls_cert_file=str(cert) if use_tls else "",
         tls_key_file=str(key) if use_tls else "",
         webhook_secret=base.webhook_secret or keys["webhook_secret"],

@@ -106,10 +106,10 @@ class Settings(BaseSettings):
     sandbox: Literal["bwrap", "off"] = "bwrap"
     """How Blender is boxed: `bwrap` (bubblewrap, required on the host) or `off` (no box: only
     for hosts without bwrap that render scenes you trust)."""
-    ca_file: str = "/etc/ssl/certs/ca-certificates.crt"
+    ca_file: str = ""
     """CA bundle every https connection is verified against: boto3 to an https S3 endpoint,
     ffmpeg/ffprobe reading presigned URLs, the CLI to Flower and `farm web` (`farm up --tls`
-    sets it to the farm's own CA)."""
+    sets it to the farm's own CA). Empty: the system's CAs (boto3's own bundle for S3)."""
     tls_cert_file: str = ""
     """Certificate Flower and `farm web` serve https with (empty: plain http on loopback)."""
     tls_key_file: str = ""
@@ -134,16 +134,18 @@ class Settings(BaseSettings):
     @field_validator("s3_endpoint", "flower_url", "web_url", "notify_url")
     @classmethod
     def _web_url(cls, url: str) -> str:
-        if url and urlsplit(url).scheme not in ("http", "https"):
-            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        scheme = urlsplit(url).scheme
+        if url and scheme not in ("http", "https"):  # the value itself may hold a secret
+            raise ValueError(f"not an http:// or https:// URL (it starts {scheme or 'with no'}:)")
         return url
 
     @model_validator(mode="after")
     def _tls_files(self) -> Settings:
-        if self.s3_endpoint.startswith("https://") and not Path(self.ca_file).is_file():
+        if self.ca_file and not Path(self.ca_file).is_file():
             raise ValueError(
-                f"ca_file {self.ca_file}: no such file, so the https S3 endpoint cannot be "
-                "verified; set FARM_CA_FILE to the CA that signed its certificate"
+                f"FARM_CA_FILE {self.ca_file}: no such file, so https servers cannot be "
+                "verified; name the CA that signed their certificates, or leave it empty for "
+                "the system's"
             )
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("tls_cert_file and tls_key_file go together: set both or neither")

@@ -150,8 +150,8 @@ class Store:
         }
         if settings.s3_endpoint:
             kwargs["endpoint_url"] = settings.s3_endpoint
-        if settings.s3_endpoint.startswith("https://"):
-            kwargs["verify"] = settings.ca_file  # a private CA's endpoint, verified against it
+        if settings.ca_file:
+            kwargs["verify"] = settings.ca_file  # e.g. a private CA's endpoint, verified against it
         if settings.s3_access_key:
             kwargs["aws_access_key_id"] = settings.s3_access_key
             kwargs["aws_secret_access_key"] = settings.s3_secret_key

@@ -103,6 +103,7 @@ class ChunkAttempt:
         self.log_key = keys.log_key(self.job_id, index, self.number, phase.log_name)
         self._uploads: list[Future[None]] = []
         self._pool: ThreadPoolExecutor | None = None
+        self._log_lock = threading.Lock()
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -133,10 +134,13 @@ class ChunkAttempt:
             raise LeaseLost(f"chunk {self.index}: lease {self.keeper.lost} {when}")
 
     def upload_log(self, redact: str = "") -> None:
-        if redact and self.log_path.exists():
-            text = self.log_path.read_text(errors="replace")
-            self.log_path.write_text(text.replace(redact, "<master URL>"))
-        self.ctx.store.put_file(self.log_key, self.log_path)
+        """One at a time: the lease keeper's periodic upload and the final one must not both
+        rewrite the file (a redaction read mid-write would store an empty log)."""
+        with self._log_lock:
+            if redact and self.log_path.exists():
+                text = self.log_path.read_text(errors="replace")
+                self.log_path.write_text(text.replace(redact, "<master URL>"))
+            self.ctx.store.put_file(self.log_key, self.log_path)
 
     def upload_log_soon(self, redact: str = "") -> None:
         """Upload the log in the background, beside what the phase does next (a probe, the

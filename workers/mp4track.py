@@ -111,6 +111,8 @@ def read_track(path: Path) -> Track:
     try:
         ftyp, moov, mdats = read_top_level(path)
         return _track(ftyp, moov, mdats)
+    except KeyError as exc:  # a box every track needs is not there
+        raise CannotJoin(f"{path.name} has no {exc.args[0]!r} box where one belongs") from exc
     except (BoxError, struct.error, IndexError) as exc:
         raise CannotJoin(f"{path.name} has boxes this joiner cannot read ({exc})") from exc
 

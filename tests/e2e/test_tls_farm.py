@@ -56,6 +56,8 @@ def one_line_error(farm: LocalFarm, *args: str, **env: str) -> str:
 
 
 def test_every_server_speaks_tls_with_the_farms_ca(tls_farm: LocalFarm) -> None:
+    again = tls_farm.farm("up", "--data", str(tls_farm.data), check=True).stdout
+    assert "already up with TLS" in again and "`farm up`" in again  # asked without --tls
     s = tls_farm.settings()
     ca = tls_farm.data / "tls" / "ca.crt"
     assert s["ca_file"] == str(ca) and s["redis_url"].startswith("rediss://")

@@ -102,7 +102,8 @@ def _done(ledger: Ledger, index: int, **kwargs: Any) -> Any:
 
 def test_the_last_done_move_opens_the_gate_once(counted: Ledger) -> None:
     """GIVEN two chunks WHEN each is done with `gate` THEN only the last move wins the gate, in
-    the same round trip, with its event; a retried done move and the reconciler win nothing."""
+    the same round trip, with its event; the winner's retried call (its reply lost on the way)
+    still hears it won, so the stitch is sent; another token and the reconciler win nothing."""
     _job(counted)
     assert not _done(counted, 0, gate=True).gate
     render = _claim(counted, 1)
@@ -113,7 +114,9 @@ def test_the_last_done_move_opens_the_gate_once(counted: Ledger) -> None:
     assert (n, last.moved, last.gate) == (1, True, True)
     assert counted.job("j1")["state"] == JobState.STITCHING
     again = counted.move_chunk("j1", 1, ChunkState.DONE, token=encode.move.token, gate=True)
-    assert (again.status, again.gate) == ("same", False)
+    assert (again.status, again.gate) == ("same", True)
+    other = counted.move_chunk("j1", 1, ChunkState.DONE, token="0:9-other", gate=True)
+    assert (other.status, other.gate) == ("stale", False)
     assert not counted.try_start_stitch("j1")
     assert [e["event"] for e in counted.events("j1")].count("stitch-gate") == 1
 

@@ -186,3 +186,22 @@ def test_x265_option_messages_in_hvcc_are_not_decoder_settings() -> None:
         hvcc(b"vps", b"keyint=7")
     )
     assert m.hvcc_without_sei(hvcc(b"vps-1", b"x")) != m.hvcc_without_sei(hvcc(b"vps-2", b"x"))
+
+
+def test_a_segment_missing_a_box_every_track_needs_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CannotJoin (the stitch falls back to ffmpeg), not a KeyError that would fail the job."""
+    from workers import mp4track
+
+    segment(tmp_path / "a.mp4", [0] * 3)
+    children = mp4track._children
+
+    def without_hdlr(*args: object) -> dict[bytes, object]:
+        found = dict(children(*args))  # type: ignore[arg-type]
+        found.pop(b"hdlr", None)
+        return found
+
+    monkeypatch.setattr(mp4track, "_children", without_hdlr)
+    with pytest.raises(CannotJoin, match="no b'hdlr' box"):
+        read_track(tmp_path / "a.mp4")

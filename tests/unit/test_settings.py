@@ -58,3 +58,22 @@ def test_replace_validates_like_any_source() -> None:
     assert Settings().replace(lease_s=9).lease_s == 9
     with pytest.raises(ValueError, match="greater than 0"):
         Settings().replace(lease_s=0)
+
+
+def test_a_url_setting_without_a_scheme_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    secret = "hooks.slack.com/services/T000/B000/very-secret-path"
+    with pytest.raises(ConfigError, match="FARM_NOTIFY_URL") as caught:
+        load_settings(env={"FARM_NOTIFY_URL": secret}, config_path=tmp_path / "c.json")
+    assert "very-secret-path" not in str(caught.value)
+
+
+def test_tls_files_are_checked_when_the_settings_load(tmp_path: Path) -> None:
+    config = tmp_path / "c.json"
+    https = {"FARM_S3_ENDPOINT": "https://s3.example.com"}
+    assert load_settings(env=https, config_path=config).ca_file == ""  # the system's CAs
+    with pytest.raises(ConfigError, match=r"FARM_CA_FILE /nowhere/ca\.pem: no such file"):
+        load_settings(env={**https, "FARM_CA_FILE": "/nowhere/ca.pem"}, config_path=config)
+    cert = tmp_path / "node.crt"
+    cert.write_text("x")
+    with pytest.raises(ConfigError, match="go together"):
+        load_settings(env={"FARM_TLS_CERT_FILE": str(cert)}, config_path=config)
