@@ -5,7 +5,6 @@ wheel the workers run) opens the scene and renders every frame in one process on
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ bpy.ops.render.render(animation=True)
 import os
 os._exit(0)  # bpy 4.5 can hang in its static destructors (see workers/blender_render.finish)
 """
-_SAVED = re.compile(r"^WROTE$")
 
 
 @dataclass(slots=True)
@@ -57,7 +55,7 @@ def render_all(
     def on_line(line: str) -> None:
         if line == "LOADED":
             found.load_s = time.monotonic() - started
-        elif _SAVED.match(line):
+        elif line == "WROTE":
             found.saved_s.append(time.monotonic() - started)
 
     result = run([sys.executable, "-I", "-c", _SCRIPT, json.dumps(job)], on_line=on_line)

@@ -14,7 +14,7 @@ import redis
 
 from farm.ledger import Ledger
 from farm.plan import plan_chunks
-from farm.spec import build_render_spec
+from farm.spec import JobSpec, build_render_spec
 
 
 def _free_port() -> int:
@@ -57,13 +57,19 @@ def ledger(redis_url: str) -> Iterator[Ledger]:
 
 
 def make_job(
-    ledger: Ledger, job_id: str = "j1", frames: str = "1-20", chunk_size: int = 10
-) -> None:
+    ledger: Ledger,
+    job_id: str = "j1",
+    frames: str = "1-20",
+    chunk_size: int = 10,
+    resolution: str = "320x180",
+    samples: int = 4,
+) -> JobSpec:
     """A render job of `frames` in chunks of `chunk_size`, recorded in the ledger (no messages)."""
     spec = build_render_spec(
-        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution="320x180",
-        fps=24, samples=4, codec="h264",
+        source_name="s.blend", frames=frames, chunk_size=chunk_size, resolution=resolution,
+        fps=24, samples=samples, codec="h264",
     )  # fmt: skip
     ledger.create_job(
         job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k"
     )
+    return spec

@@ -24,11 +24,10 @@ from farm.errors import (
 )
 from farm.ledger import Ledger
 from farm.pipeline import PHASES, Phase, PhaseSpec
-from farm.plan import plan_chunks
 from farm.proc import Running
 from farm.settings import Settings
-from farm.spec import build_render_spec
 from farm.state import ChunkState, JobState
+from tests.integration.conftest import make_job
 from workers.attempt import ChunkAttempt, Outcome
 from workers.context import WorkerContext
 from workers.gpu import Capabilities
@@ -73,11 +72,7 @@ class FakeDispatch:
 
 @pytest.fixture
 def ctx(ledger: Ledger, tmp_path: Path) -> WorkerContext:
-    spec = build_render_spec(
-        source_name="s.blend", frames="1-20", chunk_size=10, resolution="320x180",
-        fps=24, samples=4, codec="h264",
-    )  # fmt: skip
-    ledger.create_job(job_id="j1", spec=spec, chunks=plan_chunks(spec.frames, 10), source_key="k")
+    make_job(ledger)
     return WorkerContext(
         settings=Settings(lease_s=30, max_attempts=2),
         ledger=ledger,

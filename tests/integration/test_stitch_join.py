@@ -20,9 +20,9 @@ from farm.plan import plan_chunks
 from farm.probe import probe_streams
 from farm.proc import run
 from farm.settings import Settings
-from farm.spec import build_render_spec
 from farm.store import sha256_file
 from farm.transcode_spec import build_transcode_spec
+from tests.integration.conftest import make_job
 from tests.integration.test_attempt import FakeDispatch
 from workers.context import WorkerContext
 from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv, concat_list
@@ -224,11 +224,7 @@ def context(ledger: Ledger, store: SegmentStore, tmp_path: Path) -> WorkerContex
 
 def test_a_split_chunk_joins_in_frame_order(ledger: Ledger, tmp_path: Path) -> None:
     # GIVEN frames 1-8 in chunks 0 (1-2, split), 1 (5-8) and 2 (3-4, the rest of chunk 0)
-    spec = build_render_spec(
-        source_name="s.blend", frames="1-8", chunk_size=4, resolution="64x48",
-        fps=24, samples=1, codec="h264",
-    )  # fmt: skip
-    ledger.create_job(job_id="j1", spec=spec, chunks=plan_chunks(spec.frames, 4), source_key="k")
+    spec = make_job(ledger, frames="1-8", chunk_size=4, resolution="64x48", samples=1)
     ledger.r.hset(keys.r_job("j1"), mapping={"state": "stitching", "chunks_total": 3})
     store = SegmentStore(tmp_path)
     cuts = [(0, 1, 2, "red"), (1, 5, 4, "blue"), (2, 3, 2, "green")]
