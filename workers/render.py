@@ -120,12 +120,10 @@ def frames_to_render(
     ctx: WorkerContext,
     job_id: str,
     frames: list[int],
-    records: dict[int, tuple[int, str]] | None = None,
+    records: dict[int, tuple[int, str]],
 ) -> list[int]:
     """Skip frames whose verified record exists and whose object is in the store at that size.
-    `records`: the frames' records when the caller has them (the claim brought them back)."""
-    if records is None:
-        records = ctx.ledger.frame_records(job_id, frames)
+    `records`: the frames' records (ChunkAttempt.records: the claim brought them back)."""
     todo = []
     for frame in frames:
         record = records.get(frame)

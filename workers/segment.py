@@ -27,13 +27,11 @@ def gather_frames(
     job_id: str,
     frames: list[int],
     seq_dir: Path,
-    records: dict[int, tuple[int, str]] | None = None,
+    records: dict[int, tuple[int, str]],
 ) -> list[dict[str, object]]:
     """Lay the chunk's frames out as 000000.png… for ffmpeg: the local copy this worker rendered
     when its checksum matches the ledger's record, else a download from the store. `records`:
-    the frames' records when the caller has them (the claim brought them back)."""
-    if records is None:
-        records = ctx.ledger.frame_records(job_id, frames)
+    the frames' records (ChunkAttempt.records: the claim brought them back)."""
     rendered = ctx.job_dir(job_id) / "frames"
     entries = []
     for n, frame in enumerate(frames):
