@@ -80,7 +80,14 @@ def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
     "--threads",
     type=click.IntRange(0, 1024),
     default=0,
-    help="CPU threads per worker's Blender (0: all).",
+    help="CPU threads per worker's Blender (0: all of the worker's CPUs).",
+)
+@click.option(
+    "--pin/--no-pin",
+    default=True,
+    show_default=True,
+    help="Give each worker its own CPUs (when there are at least as many as workers), so two "
+    "Blenders never fight over the same cores.",
 )
 @click.option(
     "--tls",
@@ -89,13 +96,15 @@ def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
     help="Every connection over TLS, verified against a CA made for this farm at first start.",
 )
 @click.pass_context
-def up(ctx: click.Context, data: Path | None, workers: int, threads: int, use_tls: bool) -> None:
+def up(
+    ctx: click.Context, data: Path | None, workers: int, threads: int, pin: bool, use_tls: bool
+) -> None:
     """Start a whole farm on this machine (loopback only)."""
-    from farm import local
+    from farm import cpus, local
 
     data = data or Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "farm"
     settings, started = local.up(
-        data, workers, ctx.meta["config_path"], _settings(ctx), threads, use_tls=use_tls
+        data, workers, ctx.meta["config_path"], _settings(ctx), threads, use_tls=use_tls, pin=pin
     )
     if not started:
         running_tls = bool(settings.tls_cert_file)
@@ -111,7 +120,12 @@ def up(ctx: click.Context, data: Path | None, workers: int, threads: int, use_tl
     if settings.tls_cert_file:
         click.echo(f"  tls      every connection; the farm's CA is {settings.ca_file}")
     click.echo(f"  s3       {settings.s3_endpoint} bucket {settings.s3_bucket}")
-    click.echo(f"  workers  {workers}")
+    shares = local.worker_cpus(workers, pin)
+    if shares:
+        each = " | ".join(cpus.format_list(share) for share in shares)
+        click.echo(f"  workers  {workers}, each on its own CPUs: {each}")
+    else:
+        click.echo(f"  workers  {workers}" + (", sharing every CPU" if workers else ""))
     click.echo(
         f"  flower   {settings.flower_url}  user {settings.flower_user} "
         f"(password: flower_password in {ctx.meta['config_path']})"
@@ -227,12 +241,19 @@ def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> Non
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--name", default=None, help="Worker name (default: farm@HOSTNAME).")
 @click.option("--threads", type=click.IntRange(0, 1024), default=0, show_default=True)
+@click.option("--cpus", default="", help="Run on these CPUs only (taskset -c form: 0-3,8).")
 @click.option(
     "--ping", is_flag=True, help="Ask the running worker on this host to answer, then exit."
 )
 @click.pass_context
 def worker(
-    ctx: click.Context, queues: str, concurrency: int, name: str | None, threads: int, ping: bool
+    ctx: click.Context,
+    queues: str,
+    concurrency: int,
+    name: str | None,
+    threads: int,
+    cpus: str,
+    ping: bool,
 ) -> None:
     """Run a worker on this host (inside the worker container on a GPU host)."""
     settings = _settings(ctx).require_farm()
@@ -258,6 +279,8 @@ def worker(
     ]
     if name:
         argv += ["--name", name]
+    if cpus:
+        argv += ["--cpus", cpus]
     os.execv(sys.executable, argv)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from farm import proc, tls, weedsec
+from farm import cpus, proc, tls, weedsec
 from farm.errors import ConfigError, FarmError, UnreachableError
 from farm.ledger import Ledger
 from farm.private import private_dir, write_private
@@ -244,6 +244,15 @@ def _farm_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "farm", *args]
 
 
+def worker_cpus(workers: int, pin: bool) -> list[tuple[int, ...]] | None:
+    """Each worker's own CPUs, or None (not pinned) when `pin` is off or there are fewer CPUs
+    than workers (they would share some anyway)."""
+    mine = cpus.available()
+    if not pin or workers < 1 or workers > len(mine):
+        return None
+    return cpus.split(mine, workers)
+
+
 def up(
     data: Path,
     workers: int,
@@ -252,8 +261,10 @@ def up(
     threads: int = 0,
     *,
     use_tls: bool = False,
+    pin: bool = True,
 ) -> tuple[Settings, bool]:
-    """Start the farm, or report that it is up already. Returns (settings, started)."""
+    """Start the farm, or report that it is up already. Returns (settings, started). `pin`: each
+    worker on its own share of the CPUs (worker_cpus)."""
     data = data.resolve()
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in str(data)):
         # ffmpeg's concat lists and Celery's logs are line-based: such a path would break them.
@@ -312,6 +323,7 @@ def up(
         _wait_for("Redis", ledger.ping, 30, data / "logs/redis.log")
         store = Store.from_settings(settings)
         _wait_for("the S3 server", store.ensure_bucket, 90, data / "logs/s3.log")
+        shares = worker_cpus(workers, pin)
         for i in range(workers):
             name = f"worker{i + 1}@{socket.gethostname()}"
             argv = [
@@ -327,6 +339,8 @@ def up(
                 "--threads",
                 str(threads),
             ]
+            if shares:
+                argv += ["--cpus", cpus.format_list(shares[i])]
             farm.pids[f"worker{i + 1}"] = proc.spawn_daemon(
                 argv, log_path=data / f"logs/worker{i + 1}.log", env=env
             )

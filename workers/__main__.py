@@ -22,6 +22,7 @@ from celery import Celery
 from celery.signals import worker_ready, worker_shutting_down
 
 from farm import cost
+from farm import cpus as farm_cpus
 from farm.dispatch import Dispatcher, make_app
 from farm.errors import ConfigError, FarmError
 from farm.ledger import Ledger
@@ -110,13 +111,30 @@ def stop_consuming(app: Celery, name: str, queues: list[str]) -> None:
     type=click.IntRange(0, 1024),
     default=0,
     show_default=True,
-    help="CPU threads Blender may use; 0: all.",
+    help="CPU threads Blender may use; 0: all (of --cpus where given).",
+)
+@click.option(
+    "--cpus",
+    default="",
+    help="Run on these CPUs only, as taskset -c writes them (0-3,8): this worker, its Blender "
+    "and its encodes. Default: every CPU it may use.",
 )
 @click.option("--loglevel", default="INFO", show_default=True)
-def main(queue_spec: str, concurrency: int, name: str, threads: int, loglevel: str) -> None:
+def main(
+    queue_spec: str, concurrency: int, name: str, threads: int, cpus: str, loglevel: str
+) -> None:
     """Run a farm worker: probe the hardware, then serve the queues it can (what `farm worker`
     and `farm up` start)."""
     logging.basicConfig(level=loglevel, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if cpus:
+        # First, before any thread starts: every thread and child inherits the set.
+        try:
+            share = farm_cpus.parse(cpus)
+            farm_cpus.pin(share)
+        except ConfigError as exc:
+            raise SystemExit(f"farm worker: {exc}") from None
+        threads = threads or len(share)
+        log.info("worker %s runs on CPUs %s", name, farm_cpus.format_list(share))
     settings = load_settings()
     caps = gpu.probe(blender=settings.blender, ffmpeg=settings.ffmpeg)
     queues = caps.queues() if queue_spec == "auto" else [q.strip() for q in queue_spec.split(",")]

@@ -159,6 +159,10 @@ class Renderer:
             format=image.file_format,
             color_mode=image.color_mode,
             color_depth=image.color_depth,
+            # Where it runs: the worker's CPUs (farm up gives each worker its own) and the
+            # render threads Blender uses on them.
+            cpus=sorted(os.sched_getaffinity(0)),
+            threads=scene.render.threads,
             load_s=round(time.monotonic() - started, 3),
         )
         for frame in self.job["frames"]:

@@ -11,15 +11,17 @@ import os
 import secrets
 import shutil
 import statistics
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 
 from bench.common import LocalFarm
 from bench.overhead import SCENE
 from bench.sim import Fleet, Workload, simulate
+from farm import cpus
 from farm.chunking import Measurement, measure_saved_times
+from farm.local import worker_cpus
 from farm.probe import probe_streams
 from farm.proc import run
 from workers import blender
@@ -58,10 +60,22 @@ def _blender(out: Path) -> list[float]:
 
 
 def _blender_wave(out: Path, workers: int) -> list[Measurement]:
-    """One Blender run per worker at once, as the farm's workers share the cores."""
-    with ThreadPoolExecutor(workers) as pool:
-        runs = list(pool.map(_blender, [out / str(i) for i in range(workers)]))
-    return [measure_saved_times(r) for r in runs]
+    """One Blender run per worker at once, each on its worker's CPUs as `farm up` pins them."""
+    shares = worker_cpus(workers, pin=True) or [cpus.available()] * workers
+
+    runs: dict[int, list[float]] = {}
+
+    def one(i: int) -> None:
+        cpus.pin(shares[i])  # this thread, and so the Blender it starts
+        runs[i] = _blender(out / str(i))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == workers, "a Blender run failed (its error is above)"
+    return [measure_saved_times(runs[i]) for i in range(workers)]
 
 
 def _mean(each: list[Measurement]) -> Measurement:

@@ -1,0 +1,44 @@
+"""`farm up --workers 2` gives each worker its own CPUs, and each chunk's Blender runs on its
+worker's CPUs with one render thread per CPU (two Blenders never fight over the same cores)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from farm import cpus
+from farm.local import worker_cpus
+from tests.conftest import DEMO, LocalFarm
+
+pytestmark = pytest.mark.e2e
+
+
+def _allowed(pid: int) -> tuple[int, ...]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    found = re.search(r"^Cpus_allowed_list:\s*(\S+)$", status, re.M)
+    assert found, status
+    return cpus.parse(found.group(1))
+
+
+def test_each_worker_and_its_blender_run_on_their_own_cpus(local_farm: LocalFarm) -> None:
+    shares = worker_cpus(2, pin=True)
+    if shares is None:  # a one-CPU machine: the two workers share it, unpinned
+        shares = [cpus.available()] * 2
+    pids = json.loads((local_farm.data / "farm-up.json").read_text())["pids"]
+    assert [_allowed(pids["worker1"]), _allowed(pids["worker2"])] == shares
+
+    done = local_farm.farm(
+        "submit", str(DEMO), "--frames", "1-4", "--chunk-size", "1", "--resolution", "64x36",
+        "--samples", "1", "--wait", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + local_farm.logs()
+    job_id = json.loads(done.stdout)["id"]
+    logs = local_farm.farm("logs", job_id, check=True).stdout
+    loaded = [json.loads(m) for m in re.findall(r"^FARM-LOADED \S+ (\{.*\})$", logs, re.M)]
+    assert len(loaded) >= 4, logs
+    for line in loaded:
+        assert tuple(line["cpus"]) in shares, line
+        assert line["threads"] == len(line["cpus"]), line
