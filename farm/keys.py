@@ -71,6 +71,12 @@ def r_jobs() -> str:
     return f"{REDIS_PREFIX}:jobs"
 
 
+def r_wake(worker: str) -> str:
+    """Pub/sub channel: "job_id chunk" for a chunk of this worker's that another one split, so
+    its lease keeper hears at once instead of at its next renewal."""
+    return f"{REDIS_PREFIX}:wake:{worker}"
+
+
 def r_job(job_id: str) -> str:
     """Hash: the job's state, spec, counters and timings."""
     return f"{REDIS_PREFIX}:job:{job_id}"

@@ -277,7 +277,8 @@ class Ledger:
         """No idle tail: the rendering chunk keeps its frames up to `last_frame` and a new queued
         chunk, numbered `chunks_total`, takes the rest (at least `min_rest` frames), atomically and
         once. Returns the new chunk's index for the caller that split, else None. Its owner hears
-        of it at its next lease renewal ('split:N') and stops after frame N."""
+        of it on its wake channel (wakeups) at once, else at its next lease renewal ('split:N'),
+        and stops after frame N."""
         with _wrapped(f"split chunk {index} of {job_id}"):
             result = self._split(
                 keys=[
@@ -290,10 +291,21 @@ class Ledger:
         if int(result[0]) != 1:
             log.debug("chunk %s/%d not split: %s", job_id, index, result[1])
             return None
-        new, kept, moved = int(result[1]), int(result[2]), int(result[3])
+        new, kept, moved, owner = int(result[1]), int(result[2]), int(result[3]), result[4]
         self.event(job_id, "split", chunk=index, new_chunk=new, last_frame=last_frame,
                    kept=kept, moved=moved)  # fmt: skip
+        if owner:
+            with _wrapped(f"wake the owner of chunk {index} of {job_id}"):
+                self.r.publish(keys.r_wake(owner), f"{job_id} {index}")
         return new
+
+    def wakeups(self, worker: str) -> Any:
+        """A subscription to `worker`'s wake channel (redis-py PubSub): `get_message(timeout=)`
+        gives {"data": "job_id chunk"} for each of its chunks another worker split."""
+        with _wrapped("subscribe to wake-ups"):
+            sub = self.r.pubsub(ignore_subscribe_messages=True)
+            sub.subscribe(keys.r_wake(worker))
+        return sub
 
     def try_start_stitch(self, job_id: str) -> bool:
         """The completion gate: true for exactly one caller once every chunk is done (the
@@ -687,6 +699,15 @@ class Ledger:
             if now - float(info.get("seen", 0)) <= max_age_s:
                 alive[name] = info
         return alive
+
+    def worker_info(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The last heartbeat of each named worker that has one."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return {}
+        with _wrapped("read worker heartbeats"):
+            raw: list[str | None] = self.r.hmget(keys.r_workers(), wanted)
+        return {name: json.loads(value) for name, value in zip(wanted, raw, strict=True) if value}
 
     def event(self, job_id: str, kind: str, **data: Any) -> None:
         entry = json.dumps({"t": round(time.time(), 3), "event": kind, **data}, default=str)

@@ -300,5 +300,5 @@ redis.call('HSET', KEYS[3], 'index', total, 'state', 'queued', 'frames', cjson.e
   'worker', '', 'error', '', 'split_from', redis.call('HGET', KEYS[1], 'index'))
 redis.call('HSET', KEYS[2], 'chunks_total', total + 1)
 redis.call('HINCRBY', KEYS[2], 'splits', 1)
-return {1, total, #keep, #rest}
+return {1, total, #keep, #rest, redis.call('HGET', KEYS[1], 'worker') or ''}
 """

@@ -23,6 +23,9 @@ UNKNOWN_FRAME_S = 1.0
 """Frame time assumed for an owner that has not finished a frame yet (sets the margin)."""
 SLACK_S = 1.5
 """Beyond the renewal interval: a lease tick, the permit write, Redis round trips."""
+WAKE_LAG_S = 0.25
+"""How long an owner that is woken (workers.wake) takes to hear of a split and pass it to
+Blender: a publish, a renewal and the permit write, with room for a busy host."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,10 +96,13 @@ def choose(
     *,
     lag_s: float,
     min_rest: int = MIN_REST,
+    lag_of: Mapping[str, float] | None = None,
 ) -> Split | None:
     """The split that moves the most frames, across the running render jobs given as (job record,
     its chunk records); None while any of them still has a chunk waiting for a render (there is
-    work to take) or no rendering chunk has enough frames left."""
+    work to take) or no rendering chunk has enough frames left. `lag_s`: how long an owner may
+    take to hear of a split; `lag_of`: a shorter one for owners (by worker name) that hear at
+    once (workers.wake)."""
     render = PHASES[Phase.RENDER]
     best: Split | None = None
     for job, chunks in jobs:
@@ -120,10 +126,11 @@ def choose(
                 continue
             frames: list[int] = json.loads(chunk.get("frames") or "[]")
             frame_s = _float(chunk.get("frame_s_live")) or job_frame_s
+            lag = (lag_of or {}).get(chunk.get("worker") or "", lag_s)
             last = split_point(
                 frames,
                 _int(chunk.get("frame_on")),
-                margin=margin_frames(frame_s, lag_s),
+                margin=margin_frames(frame_s, lag),
                 startup_frames=startup_s / frame_s if frame_s > 0 else 0.0,
                 min_rest=min_rest,
             )

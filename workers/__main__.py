@@ -26,6 +26,7 @@ from farm import cpus as farm_cpus
 from farm.dispatch import Dispatcher, make_app
 from farm.errors import ConfigError, FarmError
 from farm.ledger import Ledger
+from farm.pipeline import Queue
 from farm.settings import Settings, load_settings
 from farm.store import Store
 from workers import gpu, splitter
@@ -33,6 +34,7 @@ from workers.box import check_host
 from workers.context import WorkerContext, default_worker_name
 from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
 from workers.tasks import register
+from workers.wake import Wakeups
 
 log = logging.getLogger("workers")
 RIDE_OUT_S = 60.0
@@ -49,9 +51,10 @@ def build_context(
     queues: list[str],
 ) -> WorkerContext:
     scratch = Path(settings.scratch_dir or tempfile.gettempdir()) / "farm-worker" / name
+    ledger = Ledger.from_url(settings.redis_url, ride_out_s=RIDE_OUT_S)
     return WorkerContext(
         settings=settings,
-        ledger=Ledger.from_url(settings.redis_url, ride_out_s=RIDE_OUT_S),
+        ledger=ledger,
         store=Store.from_settings(settings),
         dispatch=Dispatcher(app),
         caps=caps,
@@ -59,6 +62,8 @@ def build_context(
         scratch=scratch,
         threads=threads,
         queues=tuple(queues),
+        # Only rendering chunks are split: a render worker hears of its own at once.
+        wakeups=Wakeups(ledger, name) if str(Queue.RENDER) in queues else None,
     )
 
 
@@ -174,6 +179,8 @@ def main(
         if settings.imds_url:
             watcher.start()
 
+    if ctx.wakeups is not None:
+        ctx.wakeups.start()
     _start_heartbeat(ctx, queues)
     splitter.start(ctx)  # no idle tail: split a running chunk when there is nothing to take
     log.info("worker %s serving %s (Cycles: %s, NVENC: %s)", name, ",".join(queues),
@@ -204,6 +211,8 @@ def _start_heartbeat(ctx: WorkerContext, queues: list[str]) -> None:
                         "queues": queues,
                         "pid": os.getpid(),
                         "draining": ctx.drain.reason,
+                        # Hears of a split of its chunk at once (workers.wake).
+                        "wake": ctx.wakeups is not None and ctx.wakeups.subscribed.is_set(),
                         **ctx.caps.to_json(),
                     },
                 )

@@ -97,6 +97,7 @@ class ChunkAttempt:
             lease_s=ctx.settings.lease_s,
             renew_s=ctx.settings.lease_renew_s,
             running=Running(),
+            wakeups=ctx.wakeups,
         )
         self.workspace = ctx.job_dir(self.job_id) / f"{phase.phase}-{index:05d}"
         self.log_path = self.workspace / f"{phase.log_name}.log"

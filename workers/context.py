@@ -14,6 +14,7 @@ from farm.ledger import Ledger
 from farm.settings import Settings
 from farm.store import Store
 from workers.gpu import Capabilities
+from workers.wake import Wakeups
 
 
 @dataclass(slots=True)
@@ -49,6 +50,8 @@ class WorkerContext:
     """The queues this worker consumes: a chunk's next phase on one of them runs here at once,
     with no second trip through the broker (workers.tasks)."""
     drain: Drain = field(default_factory=Drain)
+    wakeups: Wakeups | None = None
+    """This worker's wake-up subscription (its chunks split by others), when it has one."""
 
     @property
     def stopping(self) -> threading.Event:

@@ -12,6 +12,7 @@ from types import TracebackType
 from farm.errors import FarmError
 from farm.ledger import Ledger
 from farm.proc import Running
+from workers.wake import Wakeups
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -38,6 +39,7 @@ class LeaseKeeper:
         running: Running,
         should_stop: Callable[[], str] | None = None,
         upload_log: Callable[[], None] | None = None,
+        wakeups: Wakeups | None = None,
     ) -> None:
         self.ledger = ledger
         self.job_id = job_id
@@ -56,6 +58,8 @@ class LeaseKeeper:
         self.on_split: Callable[[int], None] | None = None
         """Told the last frame at every renewal after a split (the render phase's permit)."""
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._wakeups = wakeups
         self._thread = threading.Thread(
             target=self._loop, name=f"lease-{job_id}-{chunk}", daemon=True
         )
@@ -94,12 +98,22 @@ class LeaseKeeper:
                 log.warning("chunk %s/%d: could not pass on the split: %s", self.job_id,
                             self.chunk, exc)  # fmt: skip
 
+    def wake(self) -> None:
+        """Renew now (another worker split this chunk: hear where to stop before the next
+        frame starts)."""
+        self._wake.set()
+
     def _loop(self) -> None:
         next_renew = time.monotonic() + self.renew_s
         next_log = time.monotonic() + LOG_UPLOAD_EVERY_S
-        while not self._stop.wait(TICK_S):
+        while True:
+            self._wake.wait(TICK_S)
+            if self._stop.is_set():
+                return
+            woken = self._wake.is_set()
+            self._wake.clear()
             now = time.monotonic()
-            if now >= next_renew:
+            if woken or now >= next_renew:
                 next_renew = now + self.renew_s
                 if not self._renew():
                     return
@@ -118,6 +132,8 @@ class LeaseKeeper:
                     log.debug("log upload failed: %s", exc)
 
     def __enter__(self) -> LeaseKeeper:
+        if self._wakeups is not None:
+            self._wakeups.watch(self.job_id, self.chunk, self.wake)
         self._thread.start()
         return self
 
@@ -127,5 +143,8 @@ class LeaseKeeper:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._wakeups is not None:
+            self._wakeups.unwatch(self.job_id, self.chunk)
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=10)

@@ -13,8 +13,8 @@ from celery.signals import task_postrun, task_prerun
 
 from farm.errors import FarmError
 from farm.pipeline import PHASES, Phase
-from farm.split import MIN_REST, SLACK_S, Split, choose
-from farm.state import JobState
+from farm.split import MIN_REST, SLACK_S, WAKE_LAG_S, Split, choose
+from farm.state import ChunkState, JobState
 from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,18 @@ def split_once(ctx: WorkerContext) -> Split | None:
         job = ctx.ledger.job(job_id)
         if job.get("state") == JobState.RUNNING and job.get("plan_pending") != "1":
             jobs.append((job, ctx.ledger.chunks(job_id)))
-    # The owner hears of a split at its next renewal (workers.lease renews every <= 2 s).
-    plan = choose(jobs, lag_s=min(ctx.settings.lease_renew_s, 2.0) + SLACK_S)
+    # The owner hears of a split at its next renewal (workers.lease renews every <= 2 s), or at
+    # once where it is subscribed to its wake-ups (workers.wake, its heartbeat says so).
+    owners = {
+        c["worker"] for _, chunks in jobs for c in chunks
+        if c.get("state") == ChunkState.RENDERING and c.get("worker")
+    }  # fmt: skip
+    woken = {name for name, info in ctx.ledger.worker_info(owners).items() if info.get("wake")}
+    plan = choose(
+        jobs,
+        lag_s=min(ctx.settings.lease_renew_s, 2.0) + SLACK_S,
+        lag_of=dict.fromkeys(woken, WAKE_LAG_S),
+    )
     if plan is None:
         return None
     new = ctx.ledger.split_chunk(

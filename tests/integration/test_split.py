@@ -4,6 +4,7 @@ the idle worker's choice (farm.split) over real ledger records."""
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
@@ -13,11 +14,14 @@ import pytest
 from farm import keys, speeds
 from farm.chunking import worker_factors
 from farm.ledger import Ledger
+from farm.proc import Running
 from farm.settings import Settings
 from farm.split import choose
 from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job
 from workers import splitter
+from workers.lease import LeaseKeeper
+from workers.wake import Wakeups
 
 
 def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-24", chunk_size: int = 24) -> str:
@@ -152,3 +156,59 @@ def test_recent_jobs_tell_each_workers_speed(ledger: Ledger) -> None:
             ledger.set_chunk_fields(job_id, index, rendered_by=worker, frame_s=frame_s)
     factors = worker_factors(speeds.frame_times(ledger))
     assert factors == pytest.approx({"fast": 1 / 1.2, "slow": 1.25, "mid": 1.0})
+
+
+def test_a_split_wakes_its_owner_at_once(ledger: Ledger) -> None:
+    token = _job(ledger)  # claimed by worker "w"
+    sub = ledger.wakeups("w")
+    try:
+        assert ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1) == 1
+        message = None
+        for _ in range(50):
+            message = message or sub.get_message(timeout=0.1)
+        assert message is not None and message["data"] == "j1 0"
+    finally:
+        sub.close()
+
+
+def test_the_owners_keeper_hears_a_split_through_its_wakeups_not_its_renewal(
+    ledger: Ledger,
+) -> None:
+    token = _job(ledger)
+    wakeups = Wakeups(ledger, "w").start()
+    keeper = LeaseKeeper(
+        ledger, job_id="j1", chunk=0, token=token, lease_s=30, renew_s=2, running=Running(),
+        wakeups=wakeups,
+    )  # fmt: skip
+    keeper.renew_s = 3600.0  # no renewal within the test: only a wake-up can bring the split
+    told: list[int] = []
+    keeper.on_split = told.append
+    try:
+        with keeper:
+            wait_until(wakeups.subscribed.is_set)
+            ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1)
+            wait_until(lambda: bool(told))
+        assert told == [12] and keeper.split_last == 12 and not keeper.lost
+    finally:
+        wakeups.stop()
+
+
+def wait_until(check: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_an_owner_that_hears_at_once_is_left_a_one_frame_margin(ledger: Ledger) -> None:
+    # 24 frames, the owner on frame 20 at 1 s a frame: 4 ahead. Heard at its next renewal (up to
+    # 3.5 s), it must keep all 4 and nothing is split; woken at once, it keeps 2 and 2 move.
+    _job(ledger)
+    ledger.set_chunk_fields("j1", 0, frame_on=20, frame_s_live=1.0)
+    ctx = _ctx(ledger)
+    ledger.heartbeat("w", {"queues": ["render"], "wake": False})
+    assert splitter.split_once(ctx) is None
+    ledger.heartbeat("w", {"queues": ["render"], "wake": True})
+    plan = splitter.split_once(ctx)
+    assert plan is not None and plan.last_frame == 22 and plan.moved == 2
+    assert ledger.worker_info(["w", "nobody"]).keys() == {"w"}
