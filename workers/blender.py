@@ -30,6 +30,7 @@ _FRA = re.compile(
 _TIME = re.compile(r"^\s*Time: (?:(\d+):)?(\d+):(\d+(?:\.\d+)?) \(Saving: ")
 _FRAME_FILE = re.compile(r"^frame_(?P<frame>\d{6,})\.(?P<ext>[a-z0-9]{2,4})$")
 _PREVIEW_FILE = re.compile(r"^preview_(?P<frame>\d{6,})\.png$")
+_THUMB_FILE = re.compile(r"^thumb_(?P<frame>\d{6,})\.jpg$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +215,8 @@ class RenderedFrame:
     preview: Path
     """Display-referred PNG of the same render: what the video is made from."""
     render_s: float
+    thumbnail: Path | None = None
+    """The job page's small JPEG of the preview, when the script made one."""
 
 
 class FrameRejected(ValueError):
@@ -231,12 +234,14 @@ def accept_frame(line: ScriptLine, *, out_dir: Path, frames: Sequence[int]) -> R
         raise FrameRejected(f"frame {frame}: no file list")
     files = tuple(_own_file(out_dir, n, frame, _FRAME_FILE) for n in names)
     preview = _own_file(out_dir, str(body.get("preview")), frame, _PREVIEW_FILE)
+    thumb = body.get("thumbnail")
     render_s = body.get("render_s")
     return RenderedFrame(
         frame=frame,
         files=files,
         preview=preview,
         render_s=float(render_s) if isinstance(render_s, int | float) else 0.0,
+        thumbnail=_own_file(out_dir, str(thumb), frame, _THUMB_FILE) if thumb else None,
     )
 
 

@@ -38,12 +38,10 @@ class FrameUploader:
     ledger: Ledger
     job_id: str
     chunk: int
-    ffmpeg: str = ""
-    """Makes each frame's thumbnail for the job page (workers.thumbnail); empty: none."""
     done: list[int] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
     upload_s: float = 0.0
-    _queue: queue.Queue[tuple[int, Path, tuple[Path, ...]] | None] = field(
+    _queue: queue.Queue[tuple[int, Path, tuple[Path, ...], Path | None] | None] = field(
         default_factory=queue.Queue
     )
     _thread: threading.Thread | None = None
@@ -53,10 +51,13 @@ class FrameUploader:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="frame-upload")
         self._thread.start()
 
-    def add(self, frame: int, path: Path, masters: tuple[Path, ...] = ()) -> None:
+    def add(
+        self, frame: int, path: Path, masters: tuple[Path, ...] = (), thumb: Path | None = None
+    ) -> None:
         """`path`: the display-referred image the video is made of; `masters`: the frame in the
-        scene's own format (EXR, 16-bit PNG), kept for `farm fetch --frames`."""
-        self._queue.put((frame, path, masters))
+        scene's own format (EXR, 16-bit PNG), kept for `farm fetch --frames`; `thumb`: its
+        thumbnail for the job page, uploaded once the frame is recorded."""
+        self._queue.put((frame, path, masters, thumb))
 
     def starting(self, frame: int, frame_s: float) -> None:
         """Record the frame Blender starts and its mean frame time so far: a split of this chunk
@@ -91,7 +92,7 @@ class FrameUploader:
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
-            frame, path, masters = item
+            frame, path, masters, thumb = item
             started = time.monotonic()
             try:
                 for master in masters:  # before the record: a recorded frame has its masters
@@ -105,8 +106,7 @@ class FrameUploader:
                 )  # fmt: skip
                 self.done.append(frame)
                 firsts = {"first_frame_at": time.time()}
-                if self.ffmpeg:
-                    thumbnail.make_and_upload(self.ffmpeg, self.store, self.job_id, frame, path)
+                if thumb is not None and thumbnail.upload(self.store, self.job_id, frame, thumb):
                     firsts["first_thumbnail_at"] = time.time()
                 if len(self.done) == 1:  # once an attempt: the job keeps the earliest
                     self.ledger.mark_first(self.job_id, **firsts)
@@ -142,7 +142,7 @@ def render_frames(attempt: ChunkAttempt) -> Outcome:
     scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
     fetched_s = time.monotonic() - started
     todo = frames_to_render(ctx, job_id, frames, attempt.records)
-    uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index, ffmpeg=ctx.settings.ffmpeg)
+    uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
     saved_s: list[float] = []
     timing: dict[str, float] = {}
     if todo:
@@ -232,7 +232,7 @@ class _Progress:
             self.saved.add(rendered.frame)
             self.frame_times_s.append(rendered.render_s)
             self.masters[rendered.frame] = rendered.files
-            uploader.add(rendered.frame, rendered.preview, rendered.files)
+            uploader.add(rendered.frame, rendered.preview, rendered.files, rendered.thumbnail)
 
     def failed_frame(self, todo: list[int]) -> int | None:
         """The script renders the list in order: the first unsaved frame is where it stopped."""

@@ -6,7 +6,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -73,3 +73,11 @@ def make_job(
         job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, chunk_size), source_key="k"
     )
     return spec
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float = 10.0) -> None:
+    """Poll `condition` until it holds; fail the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from farm.pipeline import PHASES, Phase, PhaseSpec
 from farm.proc import Running
 from farm.settings import Settings
 from farm.state import ChunkState, JobState
-from tests.integration.conftest import make_job
+from tests.integration.conftest import make_job, wait_until
 from workers.attempt import ChunkAttempt, Outcome
 from workers.context import WorkerContext
 from workers.gpu import Capabilities
@@ -210,18 +209,11 @@ def _keeper(ledger: Ledger, token: str, running: Running) -> LeaseKeeper:
     )
 
 
-def _wait(condition: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_the_lease_keeper_renews_while_held(ctx: WorkerContext) -> None:
     claim = ctx.ledger.move_chunk("j1", 0, RENDER.running, mode="claim", lease_s=3)
     first = float(ctx.ledger.chunk("j1", 0)["lease_expires"])
     with _keeper(ctx.ledger, claim.token, Running()) as keeper:
-        _wait(lambda: float(ctx.ledger.chunk("j1", 0)["lease_expires"]) > first + 0.3)
+        wait_until(lambda: float(ctx.ledger.chunk("j1", 0)["lease_expires"]) > first + 0.3)
     assert keeper.lost == ""
 
 
@@ -233,7 +225,7 @@ def test_the_lease_keeper_stops_the_work_when_another_attempt_owns_the_chunk(
     with _keeper(ctx.ledger, claim.token, running) as keeper:
         take_back(ctx.ledger)
         ctx.ledger.move_chunk("j1", 0, RENDER.running, mode="claim", lease_s=3)
-        _wait(lambda: keeper.lost == "lost")
+        wait_until(lambda: keeper.lost == "lost")
     assert running.stop_requested.is_set()
 
 
@@ -241,7 +233,7 @@ def test_the_lease_keeper_stops_the_work_of_a_cancelled_job(ctx: WorkerContext) 
     claim = ctx.ledger.move_chunk("j1", 0, RENDER.running, mode="claim", lease_s=3)
     with _keeper(ctx.ledger, claim.token, Running()) as keeper:
         ctx.ledger.cancel_job("j1")
-        _wait(lambda: keeper.lost == "cancelled")
+        wait_until(lambda: keeper.lost == "cancelled")
 
 
 def test_the_frame_uploader_stores_and_records_each_frame(

@@ -109,6 +109,32 @@ def test_cycles_scene_renders_each_frame_with_a_preview(scenes: Path, tmp_path: 
     assert any(blender.frame_progress(line) == (1, 2, 2) for line in done.lines)
 
 
+def _mean_rgb(path: Path, size: str) -> list[float]:
+    raw = subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(path), "-vf", f"scale={size}", "-f", "rawvideo",
+         "-pix_fmt", "rgb24", "-"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    return [sum(raw[c::3]) / (len(raw) / 3) for c in range(3)]
+
+
+def test_each_frame_gets_a_thumbnail_of_its_preview(scenes: Path, tmp_path: Path) -> None:
+    done = render(scenes / "cycles.blend", tmp_path, [1], blender.RenderSettings(width=640,
+                  height=360, samples=2))  # fmt: skip
+    assert done.result.ok, "\n".join(done.result.tail)
+    thumb = done.frames[0].thumbnail
+    assert thumb == done.out_dir / "thumb_000001.jpg"
+    probe = subprocess.run(
+        ["ffprobe", "-v", "error", "-show_entries", "stream=codec_name,width,height", "-of",
+         "csv=p=0", str(thumb)],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert probe == "mjpeg,320,180"
+    # The preview's display-referred colours, not transformed a second time.
+    want, got = _mean_rgb(done.frames[0].preview, "320:180"), _mean_rgb(thumb, "320:180")
+    assert all(abs(a - b) < 3 for a, b in zip(want, got, strict=True)), (want, got)
+
+
 def test_only_named_overrides_change_the_scene(scenes: Path, tmp_path: Path) -> None:
     done = render(
         scenes / "cycles.blend",

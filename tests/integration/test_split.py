@@ -4,7 +4,6 @@ the idle worker's choice (farm.split) over real ledger records."""
 from __future__ import annotations
 
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
@@ -18,7 +17,7 @@ from farm.proc import Running
 from farm.settings import Settings
 from farm.split import choose
 from farm.state import ChunkState, JobState
-from tests.integration.conftest import make_job
+from tests.integration.conftest import make_job, wait_until
 from workers import splitter
 from workers.lease import LeaseKeeper
 from workers.wake import Wakeups
@@ -191,13 +190,6 @@ def test_the_owners_keeper_hears_a_split_through_its_wakeups_not_its_renewal(
         assert told == [12] and keeper.split_last == 12 and not keeper.lost
     finally:
         wakeups.stop()
-
-
-def wait_until(check: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_an_owner_that_hears_at_once_is_left_a_one_frame_margin(ledger: Ledger) -> None:

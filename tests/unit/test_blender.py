@@ -191,6 +191,33 @@ def test_anything_else_is_rejected(
         accept_frame(_frame_line(frame, files, preview), out_dir=tmp_path, frames=[11, 12])
 
 
+@pytest.mark.parametrize(
+    ("thumb", "accepted"),
+    [
+        ("thumb_000012.jpg", True),
+        (None, True),  # the script could not make one: the frame still counts
+        ("thumb_000011.jpg", False),  # another frame's
+        ("../thumb_000012.jpg", False),
+        ("/etc/passwd", False),
+        ("thumb_000012.png", False),
+    ],
+)
+def test_a_frames_thumbnail_must_be_its_own_jpeg_in_the_folder(
+    tmp_path: Path, thumb: str | None, accepted: bool
+) -> None:
+    for name in ("frame_000012.png", "preview_000012.png", "thumb_000011.jpg",
+                 "thumb_000012.jpg", "thumb_000012.png"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"x")
+    line = _frame_line(12, ["frame_000012.png"], "preview_000012.png")
+    line.body["thumbnail"] = thumb  # type: ignore[index]
+    if not accepted:
+        with pytest.raises(FrameRejected):
+            accept_frame(line, out_dir=tmp_path, frames=[11, 12])
+        return
+    frame = accept_frame(line, out_dir=tmp_path, frames=[11, 12])
+    assert frame.thumbnail == (tmp_path / thumb if thumb else None)
+
+
 def test_a_symlink_named_like_a_frame_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "frame_000012.png").symlink_to("/etc/passwd")
     (tmp_path / "preview_000012.png").write_bytes(b"x")

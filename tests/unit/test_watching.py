@@ -6,11 +6,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from pathlib import Path
 
 from farm import census, jobpage, notices
 from farm.report import job_summary
-from workers.thumbnail import thumbnail_argv
 
 
 def test_a_transcode_chunk_waits_on_the_encode_queue() -> None:
@@ -65,14 +63,6 @@ def test_the_payload_says_what_happened_to_which_job() -> None:
     assert body["job"]["source_name"] == "shot.blend" and body["job"]["chunks_total"] == 4
     assert body["job"]["spend"] == {"spent": 1.5}
     assert notices.Notice.from_member(notice.to_member()) == notice
-
-
-def test_thumbnail_argv() -> None:
-    assert thumbnail_argv("ffmpeg", Path("/f/000001.png"), Path("/f/t.jpg")) == [
-        "ffmpeg", "-nostdin", "-v", "error", "-y", "-i", "/f/000001.png",
-        "-vf", "scale='min(320,iw)':-2", "-frames:v", "1", "-pix_fmt", "yuvj420p", "-q:v", "5",
-        "/f/t.jpg",
-    ]  # fmt: skip
 
 
 def test_the_jobs_page_shows_cost_only_when_metered() -> None:
