@@ -1,6 +1,8 @@
 """Stitch: joining N 4K segments by stream copy with the stitch task's own join and checks
 (workers.join: mp4join, then the tables and a header-only ffprobe), against `cp` of the same
-bytes; beside it, ffmpeg's concat demuxer and a packet count, the join the stitch falls back to.
+bytes; beside it, ffmpeg's concat demuxer and a packet count, the join the stitch falls back to;
+and, on a local farm's SeaweedFS, the join done by the store (workers.s3join) against the stitch
+through the worker (download, mp4join, upload).
 """
 
 from __future__ import annotations
@@ -11,24 +13,43 @@ import statistics
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import ffmpeg
 
-from bench.common import Row
+from bench.common import Row, start_farm
 from farm.probe import probe_streams
+from farm.store import Store
+from workers import s3join
 from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv
-from workers.join import CONCAT, MP4JOIN, JoinResult, join_segments, probe_joined
+from workers.join import (
+    CONCAT,
+    MP4JOIN,
+    JoinResult,
+    check_tables,
+    join_segments,
+    probe_joined,
+)
+from workers.stitch import DOWNLOADS, SegmentRef
 
 FPS = Fraction(24)
 
 
-def make_segment(out: Path, *, width: int, height: int, frames: int) -> None:
-    """One closed-GOP segment from ffmpeg's test source, with the farm's segment options."""
-    settings = EncodeSettings(codec="h264", encoder="libx264", fps=FPS, preset="ultrafast")
-    stream = ffmpeg.input(f"testsrc2=size={width}x{height}:rate={FPS}", f="lavfi")
+def make_segment(
+    out: Path, *, width: int, height: int, frames: int, noise: bool = False, quality: int = 20
+) -> None:
+    """One closed-GOP segment from ffmpeg's test source (or noise, which compresses badly), with
+    the farm's segment options."""
+    settings = EncodeSettings(
+        codec="h264", encoder="libx264", fps=FPS, preset="ultrafast", quality=quality
+    )
+    source = f"testsrc2=size={width}x{height}:rate={FPS}"
+    if noise:
+        source = f"nullsrc=s={width}x{height}:r={FPS},geq=random(1)*255:128:128"
+    stream = ffmpeg.input(source, f="lavfi")
     stream = stream.output(str(out), vframes=frames, **codec_options(settings, frames))
     argv = ["ffmpeg", *GLOBAL_ARGS, *stream.compile(cmd="ffmpeg")[1:]]
     subprocess.run(argv, check=True, capture_output=True, timeout=600)
@@ -129,6 +150,100 @@ def measure(n: int, seg_dir: Path, work: Path, frames: int, repeats: int) -> dic
     }
 
 
+def measure_store(
+    store: Store, n: int, source: Path, work: Path, frames: int, repeats: int
+) -> dict[str, Any]:
+    """The stitch of `n` stored copies of `source`: joined by the store (s3copy, with its checks:
+    the tables, the object's size, ffprobe of its header over a presigned URL), against the
+    stitch through the worker (downloads overlapping mp4join, its checks, the upload), and
+    `cp` of the same bytes here."""
+    run_id = time.time_ns()
+    size_bytes, total = source.stat().st_size, n * frames
+    refs = []
+    for i in range(n):
+        key = f"bench/{run_id}/segments/{i:05d}.mp4"
+        etag = store.put_file(key, source)
+        refs.append(SegmentRef(
+            index=i, key=key, size_bytes=size_bytes, sha256="", frames=frames, fps=FPS,
+            encoder={"name": "libx264"}, first=(i * frames, i), etag=etag,
+        ))  # fmt: skip
+    s3_key, local_key = f"bench/{run_id}/s3copy.mp4", f"bench/{run_id}/local.mp4"
+    down, out, copies = work / f"down-{n}", work / f"local-{n}.mp4", work / f"cp-store-{n}"
+    local_copies = [work / f"src-{i:05d}.mp4" for i in range(n)]
+    for path in local_copies:
+        shutil.copyfile(source, path)
+
+    def in_store() -> None:
+        plan = s3join.plan(store, refs, total)
+        check_tables(plan.joined, total, FPS)
+        s3join.assemble(store, plan, s3_key)
+        info = s3join.probe_object(store, s3_key, plan.joined, ffprobe="ffprobe", ca_file="")
+        if info.frames != total:
+            raise RuntimeError(f"the store joined {info.frames} frames, expected {total}")
+
+    def through_worker() -> None:
+        with ThreadPoolExecutor(DOWNLOADS) as pool:
+            landed = [
+                pool.submit(_download, store, r.key, down / f"{r.index:05d}.mp4") for r in refs
+            ]
+            result = join_segments(
+                paths=(f.result() for f in landed),
+                lengths=[(frames, Fraction(frames) / FPS)] * n,
+                out=out,
+                concat=lambda list_file, _: concat_argv(
+                    ffmpeg_bin="ffmpeg", list_file=list_file, out=out, frames=total
+                ),
+            )
+        if (
+            result.method != MP4JOIN
+            or probe_joined("ffprobe", out, result, total, FPS).frames != total
+        ):
+            raise RuntimeError(f"the worker's stitch went wrong ({result.fallback})")
+        store.put_file(local_key, out)
+
+    def fresh_local() -> None:
+        shutil.rmtree(down, ignore_errors=True)
+        down.mkdir()
+        out.unlink(missing_ok=True)
+
+    def fresh_copies() -> None:
+        shutil.rmtree(copies, ignore_errors=True)
+        copies.mkdir()
+
+    medians = _medians_s(
+        {
+            "cp": (
+                fresh_copies,
+                lambda: subprocess.run(["cp", *map(str, local_copies), str(copies)], check=True),
+            ),
+            "s3copy": (lambda: None, in_store),
+            "worker": (fresh_local, through_worker),
+        },
+        repeats,
+    )
+    for key in [*(r.key for r in refs), s3_key, local_key]:
+        store.delete(key)
+    for path in [*local_copies, out]:
+        path.unlink(missing_ok=True)
+    shutil.rmtree(down, ignore_errors=True)
+    shutil.rmtree(copies, ignore_errors=True)
+    s3_s, worker_s, cp_s = medians["s3copy"], medians["worker"], medians["cp"]
+    return {
+        "segments": n,
+        "bytes": n * size_bytes,
+        "s3copy_s": round(s3_s, 3),
+        "worker_s": round(worker_s, 3),
+        "cp_s": round(cp_s, 3),
+        "s3copy_over_cp": round(s3_s / cp_s, 2),
+        "worker_over_cp": round(worker_s / cp_s, 2),
+    }
+
+
+def _download(store: Store, key: str, path: Path) -> Path:
+    store.get_file(key, path)
+    return path
+
+
 def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
     width, height, frames = (320, 180, 4) if quick else (3840, 2160, 12)
     counts, repeats = ((2, 5), 1) if quick else ((10, 100), 5)
@@ -138,6 +253,21 @@ def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
         work.mkdir()
         make_segment(seg_dir / "seg.mp4", width=width, height=height, frames=frames)
         cases = [measure(n, seg_dir, work, frames, repeats) for n in counts]
+        store_source, store_note = seg_dir / "seg.mp4", ""
+        if store_source.stat().st_size < s3join.MIN_PART_BYTES:
+            # A store's part is 5 MiB at least: noise at 720p, 8 frames, is about 6.5 MiB.
+            store_source = seg_dir / "noise.mp4"
+            make_segment(store_source, width=1280, height=720, frames=8, noise=True, quality=10)
+            store_note = "1280x720 noise segments of 8 frames: the ones above are under 5 MiB"
+        store_frames = 8 if store_note else frames
+        farm = start_farm(workers=1, base=Path(tmp) / "farm")
+        try:
+            store = farm.store()
+            store_cases = [
+                measure_store(store, n, store_source, work, store_frames, repeats) for n in counts
+            ]
+        finally:
+            farm.close()
     assert all(c["methods"] == [CONCAT, MP4JOIN] for c in cases), "mp4join fell back"
     rows = []
     for c in cases:
@@ -163,4 +293,29 @@ def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
                 note="concat demuxer + ffprobe packet count",
             ),
         ]
-    return {"resolution": f"{width}x{height}", "frames": frames, "cases": cases}, rows
+    for c in store_cases:
+        case = f"{c['segments']} stored segments ({c['bytes'] / 2**20:.0f} MiB)"
+        rows += [
+            Row(
+                bench="stitch",
+                case=f"{case}, joined by the store",
+                farm=f"s3copy {c['s3copy_s']:.2f} s",
+                baseline=f"cp {c['cp_s']:.2f} s",
+                ratio=c["s3copy_over_cp"],
+                note=store_note or "multipart upload of ranged part copies + size + URL ffprobe",
+            ),
+            Row(
+                bench="stitch",
+                case=f"{case}, joined through the worker",
+                farm=f"{c['worker_s']:.2f} s",
+                baseline=f"cp {c['cp_s']:.2f} s",
+                ratio=c["worker_over_cp"],
+                note="download + mp4join + checks + upload, as before s3copy",
+            ),
+        ]
+    return {
+        "resolution": f"{width}x{height}",
+        "frames": frames,
+        "cases": cases,
+        "store_cases": store_cases,
+    }, rows

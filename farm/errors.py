@@ -45,6 +45,11 @@ class StoreRefused(PermanentError):
     PermanentError rather than a StoreError, because every StoreError is retried as transient."""
 
 
+class ObjectChanged(PermanentError):
+    """A stored object is no longer the one a manifest named (its ETag changed): a read or copy
+    made on that condition was refused."""
+
+
 class FramesMissing(PermanentError):
     """An encode found frames missing or corrupt in the store: the chunk goes back to render."""
 

@@ -27,7 +27,7 @@ from botocore.exceptions import (
     SSLError,
 )
 
-from farm.errors import StoreError, StoreRefused, UnreachableError
+from farm.errors import ObjectChanged, StoreError, StoreRefused, UnreachableError
 from farm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -87,10 +87,12 @@ def refusal(code: str, status: int, message: str) -> str:
     return ""
 
 
-def _refused(exc: ClientError, what: str) -> StoreError | StoreRefused:
+def _refused(exc: ClientError, what: str) -> StoreError | StoreRefused | ObjectChanged:
     error = exc.response.get("Error", {})
     code = str(error.get("Code", "?"))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    if code == "PreconditionFailed" or status == 412:
+        return ObjectChanged(f"cannot {what}: it is no longer the object that was recorded")
     reason = refusal(code, status, str(error.get("Message", "")))
     if reason:
         return StoreRefused(f"the object store refused to {what}: {code} ({reason})")
@@ -171,17 +173,23 @@ class Store:
         with _wrapped(f"reach bucket {self.bucket}"):
             self.s3.head_bucket(Bucket=self.bucket)
 
-    def put_file(self, key: str, path: Path, *, intermediate: bool = False) -> None:
-        """Upload a file (multipart above 64 MiB). `intermediate` tags frames and segments so the
-        bucket's lifecycle rule can expire them once deliverables exist."""
+    def put_file(self, key: str, path: Path, *, intermediate: bool = False) -> str:
+        """Upload a file (multipart above 64 MiB); returns the stored object's ETag, which names
+        these very bytes (a manifest keeps it, so a later copy can insist on them).
+        `intermediate` tags frames and segments so the bucket's lifecycle rule can expire them
+        once deliverables exist."""
         extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else {}
         with _wrapped(f"upload {key}"):
             if path.stat().st_size < _TRANSFER.multipart_threshold:
                 # One PUT: s3transfer's thread and future machinery costs more than a frame's send.
                 with path.open("rb") as body:
-                    self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, **extra)
-                return
+                    etag: str = self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, **extra)[
+                        "ETag"
+                    ]
+                return etag
             self.s3.upload_file(str(path), self.bucket, key, Config=_TRANSFER, ExtraArgs=extra)
+            etag = self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
+        return etag
 
     def put_bytes(
         self, key: str, data: bytes, content_type: str = "application/octet-stream"
@@ -245,6 +253,90 @@ class Store:
             return key, digest, False
         self.put_file(key, path)
         return key, digest, True
+
+    def get_range(
+        self, key: str, start: int, length: int, *, etag: str = ""
+    ) -> tuple[bytes, int, str]:
+        """Up to `length` bytes of an object from byte `start`, the object's whole size and its
+        ETag. `etag`: only if the object still has that one (else the store refuses, 412)."""
+        match = {"IfMatch": etag} if etag else {}
+        with _wrapped(f"read {key}"):
+            answer = self.s3.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}", **match
+            )
+            body: bytes = answer["Body"].read()
+        total = str(answer.get("ContentRange", "")).rpartition("/")[2]
+        size = int(total) if total.isdigit() else start + len(body)
+        return body, size, str(answer.get("ETag", ""))
+
+    # Multipart upload, for an object the store assembles from parts (workers.s3join). Whoever
+    # creates one must complete or abort it: an open upload's parts are kept, and billed.
+
+    def create_multipart(self, key: str) -> str:
+        """A new multipart upload of `key`; returns its upload id."""
+        with _wrapped(f"start an upload of {key}"):
+            upload_id: str = self.s3.create_multipart_upload(Bucket=self.bucket, Key=key)[
+                "UploadId"
+            ]
+        return upload_id
+
+    def upload_part(self, key: str, upload_id: str, number: int, body: bytes) -> str:
+        """Part `number` (from 1) from bytes; returns its ETag."""
+        with _wrapped(f"upload part {number} of {key}"):
+            etag: str = self.s3.upload_part(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+            )["ETag"]
+        return etag
+
+    def upload_part_copy(
+        self,
+        key: str,
+        upload_id: str,
+        number: int,
+        source: str,
+        start: int,
+        length: int,
+        *,
+        etag: str = "",
+    ) -> str:
+        """Part `number` copied by the store from `length` bytes of object `source` at `start`,
+        never passing through this host; returns its ETag. `etag`: copy only if the source
+        still has that one (it was not replaced since its index was read)."""
+        match = {"CopySourceIfMatch": etag} if etag else {}
+        with _wrapped(f"copy {source} into part {number} of {key}"):
+            answer = self.s3.upload_part_copy(
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": self.bucket, "Key": source},
+                CopySourceRange=f"bytes={start}-{start + length - 1}",
+                **match,
+            )
+            part_etag: str = answer["CopyPartResult"]["ETag"]
+        return part_etag
+
+    def complete_multipart(self, key: str, upload_id: str, etags: list[str]) -> None:
+        """Join the parts, numbered from 1 in the order of `etags`, into the object."""
+        parts = [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, 1)]
+        with _wrapped(f"finish the upload of {key}"):
+            self.s3.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            )
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Drop an upload and the parts it holds."""
+        with _wrapped(f"abort the upload of {key}"):
+            self.s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+
+    def multipart_uploads(self, prefix: str = "") -> list[tuple[str, str]]:
+        """(key, upload id) of every upload begun and neither completed nor aborted."""
+        found: list[tuple[str, str]] = []
+        with _wrapped(f"list uploads under {prefix or 'the bucket'}"):
+            paginator = self.s3.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                found += [(u["Key"], u["UploadId"]) for u in page.get("Uploads", [])]
+        return found
 
     def presign_get(self, key: str, expires_s: int = 900) -> str:
         with _wrapped(f"sign a URL for {key}"):

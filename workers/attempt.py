@@ -293,10 +293,12 @@ def segment_manifest(
     segment: Path,
     info: dict[str, Any],
     encoder: dict[str, Any],
+    etag: str = "",
     **extra: Any,
 ) -> dict[str, Any]:
     """The manifest of a video segment, the same for render and transcode jobs: what the stitch
-    checks each segment against. `info`: what ffprobe said of the segment."""
+    checks each segment against. `info`: what ffprobe said of the segment; `etag`: the stored
+    object's, so a stitch that copies it in the store copies these very bytes."""
     return {
         "job_id": attempt.job_id,
         "chunk": attempt.index,
@@ -309,6 +311,7 @@ def segment_manifest(
             "key": keys.segment_key(attempt.job_id, attempt.index, segment.suffix.lstrip(".")),
             "size": segment.stat().st_size,
             "sha256": sha256_file(segment),
+            **({"etag": etag} if etag else {}),
             **info,
         },
         "encoder": encoder,

@@ -65,78 +65,60 @@ def copy_range(src: int, dst: int, src_at: int, dst_at: int, length: int) -> Non
         src_at, dst_at, length = src_at + n, dst_at + n, length - n
 
 
-class Mp4Join:
-    """One output file, joined from segments given in presentation order:
+Run = tuple[int, int, int]
+"""(offset in the segment, offset in the output, bytes): samples that move as one piece."""
 
-    with Mp4Join(out, frames=240) as join:
-        for path, frames in segments:
-            join.add(path, frames)
-        joined = join.finish()
-    """
 
-    def __init__(self, out: Path, *, frames: int) -> None:
-        self.out = out
+class JoinIndex:
+    """The joined file's layout, without its bytes: where every segment's samples go, and the
+    headers (ftyp, merged moov, free room, mdat header) in front of them. Mp4Join copies the
+    samples on this host; workers.s3join has the object store copy them."""
+
+    def __init__(self, *, frames: int) -> None:
         self.frames = frames
-        self._fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._tracks: list[Track] = []
+        self.tracks: list[Track] = []
         self._placed: list[int] = []
         """Every chunk's offset in the output."""
         self._room = 0
-        self._data_start = 0
-        self._cursor = 0
-        """Sample bytes written so far."""
-
-    def __enter__(self) -> Mp4Join:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        os.close(self._fd)
+        self.data_start = 0
+        """Where the first sample goes: the header's length."""
+        self.data_bytes = 0
+        """Sample bytes placed so far."""
 
     @property
     def frames_added(self) -> int:
-        return sum(len(t.sizes) for t in self._tracks)
+        return sum(len(t.sizes) for t in self.tracks)
 
-    def add(self, path: Path, frames: int) -> None:
-        """Append a segment of `frames` frames (its manifest's count): CannotJoin if it has
-        another count or cannot follow the segments before it."""
-        track = read_track(path)
+    def add(self, track: Track, frames: int, name: str) -> list[Run]:
+        """Place a segment of `frames` frames (its manifest's count) after those before it;
+        CannotJoin if it has another count or cannot follow them. Returns its samples' runs:
+        chunks that lie back to back in the segment move in one piece."""
         if len(track.sizes) != frames:
-            raise CannotJoin(f"{path.name} has {len(track.sizes)} samples, not {frames}")
+            raise CannotJoin(f"{name} has {len(track.sizes)} samples, not {frames}")
         if self.frames_added + frames > self.frames:
             raise CannotJoin(f"the segments hold more than the {self.frames} frames asked for")
-        if self._tracks:
-            _check_alike(self._tracks[0], track, path.name)
+        if self.tracks:
+            _check_alike(self.tracks[0], track, name)
         else:
             self._room = moov_room(len(track.moov), self.frames)
-            self._data_start = len(track.ftyp) + self._room + MDAT_HEADER_BYTES
-        self._copy_samples(path, track)
-        self._tracks.append(track)
+            self.data_start = len(track.ftyp) + self._room + MDAT_HEADER_BYTES
+        runs: list[Run] = []
+        for start, length, _ in track.chunks:
+            dst = self.data_start + self.data_bytes
+            self._placed.append(dst)
+            if runs and runs[-1][0] + runs[-1][2] == start:
+                runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + length)
+            else:
+                runs.append((start, dst, length))
+            self.data_bytes += length
+        self.tracks.append(track)
+        return runs
 
-    def _copy_samples(self, path: Path, track: Track) -> None:
-        """Chunks that lie back to back in the segment go in one copy."""
-        with path.open("rb") as src:
-            fd = src.fileno()
-            run_src = run_dst = run_len = 0
-            for start, length, _ in track.chunks:
-                dst = self._data_start + self._cursor
-                self._placed.append(dst)
-                if run_len and run_src + run_len == start:
-                    run_len += length
-                else:
-                    if run_len:
-                        copy_range(fd, self._fd, run_src, run_dst, run_len)
-                    run_src, run_dst, run_len = start, dst, length
-                self._cursor += length
-            if run_len:
-                copy_range(fd, self._fd, run_src, run_dst, run_len)
-
-    def finish(self) -> Joined:
-        """Write the merged index and the headers in front of the samples."""
-        if not self._tracks:
+    def header(self) -> tuple[bytes, Joined]:
+        """The bytes before the samples (the merged index), and what the joined file holds."""
+        if not self.tracks:
             raise CannotJoin("no segments")
-        first, tracks = self._tracks[0], self._tracks
+        first, tracks = self.tracks[0], self.tracks
         start = max(t.start for t in tracks)
         durations = [d for t in tracks for d in t.durations]
         media_ticks = sum(durations)
@@ -153,18 +135,60 @@ class Mp4Join:
         pad = self._room - len(moov)
         if pad < 8:
             raise CannotJoin(f"the index ({len(moov)} bytes) outgrew its room ({self._room})")
-        if self._cursor + 8 <= m.U32_MAX:
-            mdat = m.free(8) + struct.pack(">I4s", self._cursor + 8, b"mdat")
+        if self.data_bytes + 8 <= m.U32_MAX:
+            mdat = m.free(8) + struct.pack(">I4s", self.data_bytes + 8, b"mdat")
         else:
-            mdat = struct.pack(">I4sQ", 1, b"mdat", self._cursor + 16)
-        os.pwrite(self._fd, first.ftyp + moov + m.free(pad) + mdat, 0)
-        return Joined(
+            mdat = struct.pack(">I4sQ", 1, b"mdat", self.data_bytes + 16)
+        joined = Joined(
             frames=len(durations),
             timescale=first.timescale,
             duration_ticks=media_ticks,
             frame_ticks=frozenset(durations),
-            size_bytes=self._data_start + self._cursor,
+            size_bytes=self.data_start + self.data_bytes,
         )
+        return first.ftyp + moov + m.free(pad) + mdat, joined
+
+
+class Mp4Join:
+    """One output file, joined from segments given in presentation order:
+
+    with Mp4Join(out, frames=240) as join:
+        for path, frames in segments:
+            join.add(path, frames)
+        joined = join.finish()
+    """
+
+    def __init__(self, out: Path, *, frames: int) -> None:
+        self.out = out
+        self.frames = frames
+        self.index = JoinIndex(frames=frames)
+        self._fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def __enter__(self) -> Mp4Join:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        os.close(self._fd)
+
+    @property
+    def frames_added(self) -> int:
+        return self.index.frames_added
+
+    def add(self, path: Path, frames: int) -> None:
+        """Append a segment of `frames` frames (its manifest's count): CannotJoin if it has
+        another count or cannot follow the segments before it."""
+        runs = self.index.add(read_track(path), frames, path.name)
+        with path.open("rb") as src:
+            for src_at, dst_at, length in runs:
+                copy_range(src.fileno(), self._fd, src_at, dst_at, length)
+
+    def finish(self) -> Joined:
+        """Write the merged index and the headers in front of the samples."""
+        head, joined = self.index.header()
+        os.pwrite(self._fd, head, 0)
+        return joined
 
 
 def _check_alike(first: Track, track: Track, name: str) -> None:

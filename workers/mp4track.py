@@ -4,8 +4,11 @@ every reason the join must leave it to ffmpeg (CannotJoin)."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from workers import mp4box as m
 from workers.mp4box import Box, BoxError
@@ -73,48 +76,83 @@ def _children(data: bytes, parent: Box) -> dict[bytes, Box]:
     return {b.kind: b for b in found}
 
 
-def read_top_level(path: Path) -> tuple[bytes, bytes, list[tuple[int, int]]]:
-    """A file's ftyp and moov boxes, and the (start, end) of each mdat's payload."""
+Read = Callable[[int, int], bytes]
+"""read(at, n): up to `n` bytes of a segment from offset `at` (a file, or ranged GETs)."""
+
+
+def scan_top_level(read: Read, size_bytes: int) -> tuple[bytes, bytes, list[tuple[int, int]]]:
+    """A segment's ftyp and moov boxes, and the (start, end) of each mdat's payload, reading
+    only box headers and those two boxes through `read`."""
     ftyp = moov = b""
     mdats: list[tuple[int, int]] = []
-    size_on_disk = path.stat().st_size
-    with path.open("rb") as fh:
-        at = 0
-        while at < size_on_disk:
-            fh.seek(at)
-            head = fh.read(16)
-            size, kind = struct.unpack_from(">I4s", head)
-            body = at + 8
-            if size == 1:
-                (size,) = struct.unpack_from(">Q", head, 8)
-                body = at + 16
-            elif size == 0:
-                size = size_on_disk - at
-            if size < body - at or at + size > size_on_disk:
-                raise CannotJoin(f"a damaged {kind!r} box at byte {at}")
-            if kind not in TOP_LEVEL:
-                raise CannotJoin(f"a top-level {kind.decode(errors='replace')} box (fragmented?)")
-            if kind in (b"ftyp", b"moov"):
-                fh.seek(at)
-                raw = fh.read(size)
-                ftyp, moov = (raw, moov) if kind == b"ftyp" else (ftyp, raw)
-            elif kind == b"mdat":
-                mdats.append((body, at + size))
-            at += size
+    at = 0
+    while at < size_bytes:
+        head = read(at, 16)
+        size, kind = struct.unpack_from(">I4s", head)
+        body = at + 8
+        if size == 1:
+            (size,) = struct.unpack_from(">Q", head, 8)
+            body = at + 16
+        elif size == 0:
+            size = size_bytes - at
+        if size < body - at or at + size > size_bytes:
+            raise CannotJoin(f"a damaged {kind!r} box at byte {at}")
+        if kind not in TOP_LEVEL:
+            raise CannotJoin(f"a top-level {kind.decode(errors='replace')} box (fragmented?)")
+        if kind in (b"ftyp", b"moov"):
+            raw = read(at, size)
+            ftyp, moov = (raw, moov) if kind == b"ftyp" else (ftyp, raw)
+        elif kind == b"mdat":
+            mdats.append((body, at + size))
+        at += size
     if not moov or not ftyp:
         raise CannotJoin("no ftyp or moov box")
     return ftyp, moov, mdats
 
 
+def read_top_level(path: Path) -> tuple[bytes, bytes, list[tuple[int, int]]]:
+    """A file's ftyp and moov boxes, and the (start, end) of each mdat's payload."""
+    with path.open("rb") as fh:
+        return scan_top_level(_file_reader(fh), path.stat().st_size)
+
+
 def read_track(path: Path) -> Track:
     """The segment's video track; CannotJoin for anything the join would not carry exactly."""
-    try:
-        ftyp, moov, mdats = read_top_level(path)
+    with path.open("rb") as fh:
+        return scan_track(_file_reader(fh), path.stat().st_size, path.name)
+
+
+def scan_track(read: Read, size_bytes: int, name: str) -> Track:
+    """`read_track` of a segment of `size_bytes` read through `read` (a file, ranged GETs)."""
+    with _readable(name):
+        return _track(*scan_top_level(read, size_bytes))
+
+
+def track_from_boxes(
+    ftyp: bytes, moov: bytes, mdats: list[tuple[int, int]], name: str = "the segment"
+) -> Track:
+    """The track of a segment given its ftyp and moov boxes and its mdat payloads' (start, end)
+    offsets in the segment, as `read_track` finds them in a file."""
+    with _readable(name):
         return _track(ftyp, moov, mdats)
+
+
+def _file_reader(fh: BinaryIO) -> Read:
+    def read(at: int, n: int) -> bytes:
+        fh.seek(at)
+        return fh.read(n)
+
+    return read
+
+
+@contextmanager
+def _readable(name: str) -> Iterator[None]:
+    try:
+        yield
     except KeyError as exc:  # a box every track needs is not there
-        raise CannotJoin(f"{path.name} has no {exc.args[0]!r} box where one belongs") from exc
+        raise CannotJoin(f"{name} has no {exc.args[0]!r} box where one belongs") from exc
     except (BoxError, struct.error, IndexError) as exc:
-        raise CannotJoin(f"{path.name} has boxes this joiner cannot read ({exc})") from exc
+        raise CannotJoin(f"{name} has boxes this joiner cannot read ({exc})") from exc
 
 
 def _track(ftyp: bytes, moov: bytes, mdats: list[tuple[int, int]]) -> Track:

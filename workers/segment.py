@@ -87,7 +87,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
     attempt.check_lease("before the upload")
     upload_started = time.monotonic()
-    ctx.store.put_file(
+    etag = ctx.store.put_file(
         keys.segment_key(job_id, index, spec.codec.container), segment, intermediate=True
     )
     manifest = segment_manifest(
@@ -97,6 +97,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
         segment=segment,
         info=info.manifest_fields(settings.fps),
         encoder={"name": settings.encoder, "quality": settings.quality, "preset": settings.preset},
+        etag=etag,
     )
     for frame in frames:  # the segment holds them now; the store keeps the frames themselves
         for path in blender.local_files(ctx.job_dir(job_id) / "frames", frame):

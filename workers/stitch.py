@@ -19,12 +19,15 @@ from typing import Any
 
 from farm import keys
 from farm.errors import PermanentError
+from farm.probe import Streams
 from farm.spec import JobSpec
 from farm.state import JobState
 from farm.store import sha256_file
+from workers import s3join
 from workers.context import WorkerContext
 from workers.ffgraph import concat_argv, fps_fraction
-from workers.join import join_segments, probe_joined
+from workers.join import check_tables, join_segments, probe_joined
+from workers.mp4track import CannotJoin
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ class SegmentRef:
     encoder: dict[str, Any]
     first: tuple[int, int]
     """Where it goes in the video (first_frame)."""
+    etag: str = ""
+    """The stored object's ETag when its manifest recorded one (workers.s3join insists on it)."""
 
     @property
     def length(self) -> tuple[int, Fraction]:
@@ -87,6 +92,7 @@ def _ref(manifest: dict[str, Any], index: int) -> SegmentRef:
         fps=Fraction(seg["fps"]),
         encoder=manifest["encoder"],
         first=first_frame(manifest, index),
+        etag=str(seg.get("etag", "")),
     )
 
 
@@ -128,10 +134,14 @@ def fetching(ctx: WorkerContext, refs: list[SegmentRef], work: Path) -> Iterator
 def stitch_frames(
     ctx: WorkerContext, job_id: str, job: dict[str, str], spec: JobSpec
 ) -> dict[str, object]:
-    """A render job's stitch: its segments joined by stream copy, checked frame for frame."""
+    """A render job's stitch: its segments joined by stream copy, checked frame for frame; by
+    the object store where their samples can be copied there (workers.s3join), else here."""
     started = time.monotonic()
     with stitch_workspace(ctx, job_id) as work:
         refs = segment_refs(ctx, job_id, int(job["chunks_total"]))
+        in_store = stitch_in_store(ctx, job_id, spec, refs, started)
+        if in_store is not None:
+            return in_store
         out = work / f"output.{spec.codec.container}"
         fps = fps_fraction(spec.fps)
         with fetching(ctx, refs, work) as paths:
@@ -148,18 +158,58 @@ def stitch_frames(
             )
         join_s = time.monotonic() - started  # manifests, downloads and the join they overlap
         info = probe_joined(ctx.settings.ffprobe, out, joined, spec.frames.count, fps)
-        expected = (spec.frames.count, spec.resolution.width, spec.resolution.height, fps)
-        got = (info.frames, info.width, info.height, info.fps)
-        if got != expected:
-            raise PermanentError(
-                f"the joined video has {info.frames} frames at {info.width}x{info.height}, "
-                f"{info.fps} fps; asked for {expected[0]} frames at {expected[1]}x{expected[2]}, "
-                f"{expected[3]} fps"
-            )
+        check_streams(info, spec)
         output_key = deliver(
             ctx, job_id, out, started, fetch_join_s=round(join_s, 3), stitch_join=joined.method
         )
     return {"job_id": job_id, "output": output_key, "frames": info.frames}
+
+
+def stitch_in_store(
+    ctx: WorkerContext, job_id: str, spec: JobSpec, refs: list[SegmentRef], started: float
+) -> dict[str, object] | None:
+    """The stitch done by the object store (workers.s3join), checked as the local join is: its
+    tables, the object's size, ffprobe of its header. None (nothing done) when the segments
+    are not ones it can join; the stitch then joins them here."""
+    try:
+        plan = s3join.plan(ctx.store, refs, spec.frames.count)
+    except CannotJoin as exc:
+        log.info("joining %s on this worker, not in the store: %s", job_id, exc)
+        return None
+    check_tables(plan.joined, spec.frames.count, fps_fraction(spec.fps))
+    output_key = keys.output_key(job_id, spec.codec.container)
+    s3join.assemble(ctx.store, plan, output_key)
+    join_s = time.monotonic() - started
+    try:
+        info = s3join.probe_object(
+            ctx.store,
+            output_key,
+            plan.joined,
+            ffprobe=ctx.settings.ffprobe,
+            ca_file=ctx.settings.ca_file,
+        )
+        check_streams(info, spec)
+    except PermanentError:
+        ctx.store.delete(output_key)  # a deliverable that failed its checks is none
+        raise
+    mark_done(
+        ctx, job_id, output_key, plan.joined.size_bytes, started,
+        fetch_join_s=round(join_s, 3), stitch_join=s3join.S3COPY,
+    )  # fmt: skip
+    return {"job_id": job_id, "output": output_key, "frames": info.frames}
+
+
+def check_streams(info: Streams, spec: JobSpec) -> None:
+    """The joined video has the frames, size and rate the job asked for."""
+    fps = fps_fraction(spec.fps)
+    expected = (spec.frames.count, spec.resolution.width, spec.resolution.height, fps)
+    got = (info.frames, info.width, info.height, info.fps)
+    if got != expected:
+        raise PermanentError(
+            f"the joined video has {info.frames} frames at {info.width}x{info.height}, "
+            f"{info.fps} fps; asked for {expected[0]} frames at {expected[1]}x{expected[2]}, "
+            f"{expected[3]} fps"
+        )
 
 
 @contextmanager
@@ -186,13 +236,25 @@ def deliver(
     returns its key."""
     output_key = keys.output_key(job_id, out.suffix.lstrip("."))
     ctx.store.put_file(output_key, out)
+    mark_done(ctx, job_id, output_key, out.stat().st_size, started, **fields)
+    return output_key
+
+
+def mark_done(
+    ctx: WorkerContext,
+    job_id: str,
+    output_key: str,
+    size_bytes: int,
+    started: float,
+    **fields: float | str,
+) -> None:
+    """The job done, its verified deliverable at `output_key` in the store."""
     ctx.ledger.move_job(
         job_id,
         JobState.DONE,
         output=output_key,
-        output_size=out.stat().st_size,
+        output_size=size_bytes,
         stitch_s=round(time.monotonic() - started, 3),
         finished=time.time(),
         **fields,
     )
-    return output_key

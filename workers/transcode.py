@@ -102,7 +102,7 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     if info.frames != cut.count:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {cut.count}")
     attempt.check_lease("before the upload")
-    ctx.store.put_file(
+    etag = ctx.store.put_file(
         keys.segment_key(job_id, index, spec.codec.container), segment, intermediate=True
     )
     manifest = segment_manifest(
@@ -118,6 +118,7 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
             "argv": [a for a in argv[1:] if a not in (source, str(segment))],
         },
         master={"key": source_key, "read_as": read_as},
+        etag=etag,
     )
     return Outcome(
         fields={

@@ -1,0 +1,246 @@
+"""The stitch's join in the object store (workers.s3join) against a real SeaweedFS: byte for
+byte what mp4join writes here, refused for segments under a part's 5 MiB (the stitch then joins
+them here), and no upload left behind when it fails."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import botocore.exceptions
+import ffmpeg
+import pytest
+
+from farm import keys
+from farm.errors import FarmError, ObjectChanged, PermanentError, StoreError
+from farm.ledger import Ledger
+from farm.local import free_port
+from farm.settings import Settings
+from farm.store import Store, sha256_file
+from tests.conftest import ffprobe
+from tests.integration.conftest import make_job
+from tests.integration.test_attempt import FakeDispatch
+from workers import s3join
+from workers.context import WorkerContext
+from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options
+from workers.gpu import Capabilities
+from workers.join import MP4JOIN
+from workers.mp4join import Mp4Join
+from workers.mp4track import CannotJoin
+from workers.stitch import SegmentRef, stitch_frames
+
+FPS = Fraction(24)
+BIG_FRAMES = 8
+"""Frames of 1280x720 noise at CRF 10: about 6.5 MiB a segment, over a part's 5 MiB."""
+WEED_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
+              "filer.port.grpc", "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """A Store on a SeaweedFS of its own (`weed mini`, S3 only, as `farm up` starts it)."""
+    binary = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+    if not Path(binary).exists():
+        pytest.fail("weed is not installed; run `make setup`", pytrace=False)
+    home = tmp_path_factory.mktemp("weed")
+    identities = home / "identities.json"
+    identities.write_text(json.dumps({"identities": [{
+        "name": "farm", "credentials": [{"accessKey": "test-key", "secretKey": "test-secret"}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }]}))  # fmt: skip
+    ports = {name: free_port() for name in WEED_PORTS}
+    argv = [binary, "mini", f"-dir={home / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-s3.config={identities}", "-bucket=farm", "-webdav=false", "-admin.ui=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
+            *(f"-{name}={port}" for name, port in ports.items())]  # fmt: skip
+    (home / "data").mkdir()
+    with (home / "weed.log").open("wb") as log:
+        server = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={"HOME": str(home)}
+        )
+    settings = Settings(
+        s3_endpoint=f"http://127.0.0.1:{ports['s3.port']}", s3_bucket="farm",
+        s3_access_key="test-key", s3_secret_key="test-secret",
+    )  # fmt: skip
+    found = Store.from_settings(settings)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            found.ensure_bucket()
+            found.put_bytes("ready", b"")
+            break
+        except (FarmError, botocore.exceptions.BotoCoreError):
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail((home / "weed.log").read_text()[-2000:], pytrace=False)
+            time.sleep(0.2)
+    yield found
+    server.terminate()
+    server.wait(30)
+
+
+def segment(
+    out: Path, frames: int, shade: int, *, size: str, quality: int, faststart: bool
+) -> Path:
+    """A closed-GOP segment with the farm's segment options, of noise that compresses badly."""
+    settings = EncodeSettings(
+        codec="h264", encoder="libx264", fps=FPS, preset="ultrafast", quality=quality
+    )
+    source = f"nullsrc=s={size}:r={FPS},geq=random(1)*255:{shade}:128"
+    options = codec_options(settings, frames)
+    if faststart:
+        options["movflags"] = "+faststart"
+    stream = ffmpeg.input(source, f="lavfi").output(str(out), vframes=frames, **options)
+    subprocess.run(stream.global_args(*GLOBAL_ARGS).compile(), check=True, capture_output=True)
+    return out
+
+
+def stored(store: Store, job_id: str, parts: list[Path]) -> list[SegmentRef]:
+    """Each segment and its manifest in the store, as a chunk leaves them."""
+    refs = []
+    for index, part in enumerate(parts):
+        frames = ffprobe(part)["streams"][0]["nb_frames"]
+        key = keys.segment_key(job_id, index)
+        etag = store.put_file(key, part)
+        store.put_json(keys.manifest_key(job_id, index), {
+            "frame_count": int(frames), "frames": {"first": index * 1000},
+            "encoder": {"name": "libx264"},
+            "segment": {"key": key, "size": part.stat().st_size, "sha256": sha256_file(part),
+                        "frames": int(frames), "fps": "24", "etag": etag},
+        })  # fmt: skip
+        refs.append(SegmentRef(
+            index=index, key=key, size_bytes=part.stat().st_size, sha256=sha256_file(part),
+            frames=int(frames), fps=FPS, encoder={"name": "libx264"}, first=(index * 1000, index),
+            etag=etag,
+        ))  # fmt: skip
+    return refs
+
+
+@pytest.fixture(scope="module")
+def big(
+    store: Store, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[Path], list[SegmentRef]]:
+    """Four 720p segments of 8 frames, each over 5 MiB of samples; two with the index first
+    (`+faststart`), two with it last as the farm writes them."""
+    work = tmp_path_factory.mktemp("big")
+    parts = [
+        segment(work / f"{i}.mp4", BIG_FRAMES, 90 + 20 * i, size="1280x720", quality=10,
+                faststart=i % 2 == 1)
+        for i in range(4)
+    ]  # fmt: skip
+    return parts, stored(store, "big", parts)
+
+
+def context(ledger: Ledger, store: Store, tmp_path: Path) -> WorkerContext:
+    return WorkerContext(
+        settings=Settings(), ledger=ledger, store=store,
+        dispatch=FakeDispatch(), caps=Capabilities(), name="w1", scratch=tmp_path / "w",  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_the_store_joins_segments_byte_for_byte_as_mp4join_does(
+    store: Store, big: tuple[list[Path], list[SegmentRef]], tmp_path: Path
+) -> None:
+    # GIVEN four stored segments of over 5 MiB each
+    parts, refs = big
+    frames = BIG_FRAMES * len(parts)
+    # WHEN the store joins them
+    plan = s3join.plan(store, refs, frames)
+    s3join.assemble(store, plan, "out/joined.mp4")
+    # THEN the object is the very file mp4join makes of them here
+    local = tmp_path / "local.mp4"
+    with Mp4Join(local, frames=frames) as join:
+        for part in parts:
+            join.add(part, BIG_FRAMES)
+        assert join.finish() == plan.joined
+    store.get_file("out/joined.mp4", tmp_path / "joined.mp4")
+    assert (tmp_path / "joined.mp4").read_bytes() == local.read_bytes()
+    # AND it decodes to every frame, and no upload is left open
+    assert int(ffprobe(tmp_path / "joined.mp4")["streams"][0]["nb_read_frames"]) == frames
+    assert store.multipart_uploads() == []
+
+
+def test_a_stitch_of_large_segments_is_joined_in_the_store(
+    ledger: Ledger, store: Store, big: tuple[list[Path], list[SegmentRef]], tmp_path: Path
+) -> None:
+    # GIVEN a job whose four segments are stored with their manifests
+    spec = make_job(ledger, job_id="big", frames="1-32", chunk_size=8, resolution="1280x720")
+    ledger.r.hset(keys.r_job("big"), mapping={"state": "stitching", "chunks_total": 4})
+    # WHEN the stitch runs
+    result = stitch_frames(context(ledger, store, tmp_path), "big", ledger.job("big"), spec)
+    # THEN the store joined them, and the job is done with the whole video
+    job = ledger.job("big")
+    assert (job["state"], job["stitch_join"], result["frames"]) == ("done", s3join.S3COPY, 32)
+    assert int(job["output_size"]) == store.size(str(result["output"]))
+    assert store.multipart_uploads() == []
+
+
+def test_segments_under_a_part_size_are_left_to_the_join_here(
+    ledger: Ledger, store: Store, tmp_path: Path
+) -> None:
+    # GIVEN a job of two small segments
+    parts = [
+        segment(tmp_path / f"{i}.mp4", 4, 100 + 50 * i, size="64x48", quality=20, faststart=False)
+        for i in range(2)
+    ]
+    refs = stored(store, "small", parts)
+    # WHEN the store is asked to join them, THEN it refuses, saying why
+    with pytest.raises(CannotJoin, match="under a part's 5 MiB"):
+        s3join.plan(store, refs, 8)
+    # AND the stitch joins them here with mp4join
+    spec = make_job(ledger, job_id="small", frames="1-8", chunk_size=4, resolution="64x48")
+    ledger.r.hset(keys.r_job("small"), mapping={"state": "stitching", "chunks_total": 2})
+    result = stitch_frames(context(ledger, store, tmp_path), "small", ledger.job("small"), spec)
+    assert ledger.job("small")["stitch_join"] == MP4JOIN
+    assert result["frames"] == 8
+
+
+def test_a_join_that_fails_midway_leaves_no_upload_behind(
+    store: Store, big: tuple[list[Path], list[SegmentRef]]
+) -> None:
+    # GIVEN a plan whose third segment is gone from the store by the time it is copied
+    _, refs = big
+    plan = s3join.plan(store, refs, BIG_FRAMES * len(refs))
+    pieces = list(plan.pieces)
+    pieces[2] = ("jobs/big/segments/gone.mp4", *pieces[2][1:])
+    # WHEN the store joins it, THEN the error names the missing segment
+    with pytest.raises(StoreError, match=r"gone\.mp4"):
+        s3join.assemble(store, dataclasses.replace(plan, pieces=pieces), "out/failed.mp4")
+    # AND the upload was aborted, and no object made
+    assert store.multipart_uploads() == []
+    assert not store.exists("out/failed.mp4")
+
+
+def test_a_segment_replaced_after_its_manifest_is_refused_not_joined(
+    store: Store, big: tuple[list[Path], list[SegmentRef]], tmp_path: Path
+) -> None:
+    # GIVEN a job's segments, the second since overwritten by other bytes of the same size (a
+    # late attempt of its chunk, say)
+    parts, _ = big
+    copies = stored(store, "replaced", parts)
+    other = tmp_path / "other.mp4"
+    other.write_bytes(bytes(reversed(parts[1].read_bytes())))
+    store.put_file(copies[1].key, other)
+    # WHEN the store is asked to join them, THEN it refuses that segment as its manifest's
+    with pytest.raises(PermanentError, match="segment 1 does not match its manifest"):
+        s3join.plan(store, copies, BIG_FRAMES * len(parts))
+    # AND a plan made before the swap cannot copy the new bytes either
+    fresh = stored(store, "swapped", parts)
+    plan = s3join.plan(store, fresh, BIG_FRAMES * len(parts))
+    store.put_file(fresh[2].key, other)
+    with pytest.raises(ObjectChanged, match="no longer the object that was recorded"):
+        s3join.assemble(store, plan, "out/swapped.mp4")
+    assert store.multipart_uploads() == [] and not store.exists("out/swapped.mp4")
+
+
+def test_manifests_without_an_etag_are_joined_here() -> None:
+    ref = SegmentRef(index=0, key="k", size_bytes=10 << 20, sha256="", frames=8, fps=FPS,
+                     encoder={"name": "libx264"}, first=(0, 0))  # fmt: skip
+    assert "no ETag" in s3join.unfit([ref, ref])
