@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from farm import keys
-from farm.errors import PermanentError
+from farm.errors import FarmError, PermanentError
 from farm.probe import Streams
 from farm.spec import JobSpec
 from farm.state import JobState
@@ -190,7 +190,13 @@ def stitch_in_store(
         )
         check_streams(info, spec)
     except PermanentError:
-        ctx.store.delete(output_key)  # a deliverable that failed its checks is none
+        # A deliverable that failed its checks is none: the job fails and never names it. The
+        # object goes where this worker may delete (a local farm); a worker role that may not
+        # (modules/iam) leaves it to the next stitch of the job, which writes the same key.
+        try:
+            ctx.store.delete(output_key)
+        except FarmError as exc:
+            log.warning("could not remove %s after its checks failed: %s", output_key, exc)
         raise
     mark_done(
         ctx, job_id, output_key, plan.joined.size_bytes, started,
