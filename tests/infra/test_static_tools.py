@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -59,11 +58,9 @@ def test_every_checkov_skip_is_inline_with_a_reason(checkov: dict[str, object]) 
 
 
 def test_terraform_is_formatted() -> None:
-    terraform = shutil.which("terraform")
-    if terraform is None:
-        if os.environ.get("FARM_REQUIRE_TERRAFORM"):
-            pytest.fail("terraform is not on PATH but FARM_REQUIRE_TERRAFORM is set")
-        pytest.skip("terraform binary not on PATH: `terraform fmt -check` runs where one is")
+    terraform = find_tool(
+        "terraform", "FARM_TERRAFORM", "install Terraform 1.5 or later (developer.hashicorp.com)"
+    )
     run = subprocess.run(
         [terraform, "fmt", "-check", "-recursive", "-diff", str(TERRAFORM_DIR)],
         capture_output=True, text=True, timeout=120, check=False,
