@@ -96,14 +96,22 @@ def check_tables(joined: Joined, frames: int, fps: Fraction) -> None:
         )
 
 
-def probe_header(ffprobe: str, path: Path) -> Streams:
+def probe_header(
+    ffprobe: str, path: Path | str, *, name: str = "", options: Sequence[str] = ()
+) -> Streams:
     """ffprobe of the index only: the frame count is the index's (nb_frames), not a count of
-    packets read through the file."""
-    result = proc.capture(format_argv(ffprobe, input_name(path)), 600)
+    packets read through the file. `path`: a file, or a URL (`options`: how to read it, `name`:
+    what errors call it; the URL, a credential, never appears in them)."""
+    target = input_name(path) if isinstance(path, Path) else path
+    name = name or (path.name if isinstance(path, Path) else "the video")
+    argv = format_argv(ffprobe, target)
+    argv[-1:-1] = options
+    result = proc.capture(argv, 600)
     if result.returncode != 0:
-        raise PermanentError(f"ffprobe cannot read {path.name}: {result.stderr.strip()[-300:]}")
+        said = result.stderr.replace(target, f"<{name}>").strip()
+        raise PermanentError(f"ffprobe cannot read {name}: {said[-300:]}")
     video = video_streams(json.loads(result.stdout or "{}"))
-    info = parse_streams(result.stdout, path.name)
+    info = parse_streams(result.stdout, name)
     return dataclasses.replace(info, frames=int(video[0].get("nb_frames") or 0))
 
 

@@ -6,25 +6,20 @@ through the worker. The layout is workers.mp4join's, so the object is byte for b
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from farm import proc
 from farm.errors import FarmError, ObjectChanged, PermanentError
 from farm.probe import (
     Streams,
-    format_argv,
     input_options,
     option_args,
-    parse_streams,
-    video_streams,
 )
 from farm.store import Store
+from workers.join import probe_header
 from workers.mp4join import Joined, JoinIndex
 from workers.mp4track import CannotJoin, Track, scan_track
 
@@ -172,12 +167,5 @@ def probe_object(store: Store, key: str, joined: Joined, *, ffprobe: str, ca_fil
             f"the joined video {key} has {size_bytes} bytes in the store, not {joined.size_bytes}"
         )
     url = store.presign_get(key, URL_TTL_S)
-    argv = format_argv(ffprobe, url)
-    argv[-1:-1] = option_args(input_options(url, ca_file))
-    result = proc.capture(argv, 600)
-    if result.returncode != 0:
-        said = result.stderr.replace(url, "<presigned URL>").strip()  # the URL is a credential
-        raise PermanentError(f"ffprobe cannot read {key}: {said[-300:]}")
-    video = video_streams(json.loads(result.stdout or "{}"))
-    info = parse_streams(result.stdout, key)
-    return dataclasses.replace(info, frames=int(video[0].get("nb_frames") or 0))
+    options = option_args(input_options(url, ca_file))
+    return probe_header(ffprobe, url, name=key, options=options)
