@@ -110,6 +110,31 @@ def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return minimal_env(os.environ, os.environ.get("HOME", ""))
 
 
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    memory_limit_bytes: int = 0,
+    stdin: int = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """Start a program in its own session, stdout and stderr on one pipe, dying with this
+    process (workers.warm keeps one running between chunks, writing to its stdin)."""
+    try:
+        return subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=stdin,
+            start_new_session=True,
+            env=child_env(env),
+            cwd=cwd,
+            preexec_fn=_child_setup(memory_limit_bytes),
+        )
+    except FileNotFoundError as exc:
+        raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -125,19 +150,7 @@ def run(
     handle = handle or Running()
     tail: deque[str] = deque(maxlen=tail_lines)
     started = time.monotonic()
-    try:
-        popen = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=child_env(env),
-            cwd=cwd,
-            preexec_fn=_child_setup(memory_limit_bytes),
-        )
-    except FileNotFoundError as exc:
-        raise PermanentError(f"{argv[0]} is not installed or not on PATH") from exc
+    popen = spawn(argv, env=env, cwd=cwd, memory_limit_bytes=memory_limit_bytes)
     handle.popen = popen
     if handle.stop_requested.is_set():
         handle.stop()

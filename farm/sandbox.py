@@ -38,7 +38,8 @@ class Box:
     """Where a boxed program may read and write. Paths are made absolute when the argv is built."""
 
     writable: tuple[Path, ...]
-    """The chunk's folders (its workspace and its output folder); the first is HOME."""
+    """The folders it may write: the chunk's workspace, or for a warm Blender (workers.warm) its
+    job's on this worker, and the job's frames folder; the first is HOME."""
     readable: tuple[Path, ...] = ()
     """The job's asset tree or scene, and the program's own files (the render script)."""
     devices: tuple[str, ...] = ()

@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     """Times a chunk's worker may vanish mid-chunk (lease expired) before the job fails."""
     spot_interruption_per_h: float = Field(0.05, ge=0)
     """Expected spot reclaims per instance-hour (0.05: 5%/h); `--chunk-size auto` sizes for it."""
+    warm_blender_s: float = Field(30.0, ge=0)
+    """How long a worker keeps its Blender, with a job's scene open, after a chunk for that job's
+    next chunk (workers.warm); 0: a new Blender for every chunk."""
     render_memory_limit_mb: int = Field(0, ge=0)
     """Address-space cap for CPU Blender renders (0: none), so a runaway scene fails alone."""
     imds_url: str = "http://169.254.169.254"

@@ -35,6 +35,7 @@ from workers.context import WorkerContext, default_worker_name
 from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
 from workers.tasks import register
 from workers.wake import Wakeups
+from workers.warm import WarmPool
 
 log = logging.getLogger("workers")
 RIDE_OUT_S = 60.0
@@ -64,6 +65,11 @@ def build_context(
         queues=tuple(queues),
         # Only rendering chunks are split: a render worker hears of its own at once.
         wakeups=Wakeups(ledger, name) if str(Queue.RENDER) in queues else None,
+        warm=(
+            WarmPool(settings.warm_blender_s)
+            if str(Queue.RENDER) in queues and settings.warm_blender_s > 0
+            else None
+        ),
     )
 
 
@@ -173,6 +179,8 @@ def main(
         # SIGTERM (docker stop, a scale-in): Celery waits for the chunk in hand; the drain makes
         # it finish only what fits in the grace time and hand the rest back, unspent.
         ctx.drain.start("worker shutting down", deadline=time.time() + settings.shutdown_grace_s)
+        if ctx.warm is not None:
+            ctx.warm.close()  # idle ones; the chunk in hand keeps its Blender to the end
 
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _ready(**_: Any) -> None:

@@ -173,16 +173,19 @@ class ChunkAttempt:
         redact: str = "",
         failed_at: Callable[[], str] = str,
         box: Box | None = None,
+        runner: Callable[..., Result] = run,
     ) -> Result:
         """Run the phase's program under the lease, keep its log in the store, and raise what
         its end means for the chunk: lost lease, interruption, or a failure with its log tail.
         `redact`: a secret (a presigned URL) kept out of the log and the error; `box`: run the
-        program inside it (farm.sandbox), for untrusted input such as a scene."""
+        program inside it (farm.sandbox), for untrusted input such as a scene; `runner`: what
+        runs it (farm.proc.run's arguments and result; workers.warm hands it to a running
+        Blender)."""
         self.settle()  # a second child writes the same log: the last upload of it ends first
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.keeper.upload_log = lambda: self.upload_log(redact)
         try:
-            result = run(
+            result = runner(
                 wrap(argv, box) if box is not None else argv,
                 on_line=on_line,
                 log_path=self.log_path,

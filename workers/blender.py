@@ -137,11 +137,13 @@ def job_file(
 
 
 def script_argv(
-    *, blender: str, job_path: Path, trusted: bool = False, python: str = sys.executable
+    *, blender: str, job_path: Path | None, trusted: bool = False, python: str = sys.executable
 ) -> list[str]:
-    """The render script's command line: under `python -I` with the wheel, or inside `blender`."""
+    """The render script's command line: under `python -I` with the wheel, or inside `blender`.
+    `job_path` None: a warm Blender (`--serve`), which reads job files' paths from stdin."""
+    job = ["--job", str(job_path)] if job_path is not None else ["--serve"]
     if blender == WHEEL:
-        return [python, "-I", str(SCRIPT), "--job", str(job_path)]
+        return [python, "-I", str(SCRIPT), *job]
     autoexec = [] if trusted else ["--disable-autoexec"]
     return [
         blender,
@@ -153,8 +155,7 @@ def script_argv(
         "--python",
         str(SCRIPT),
         "--",
-        "--job",
-        str(job_path),
+        *job,
     ]
 
 

@@ -6,6 +6,11 @@ Runs as a child process, never imported by the worker with bpy present, two ways
 It imports nothing from the farm, so any Blender can run it. Each finished frame is announced on
 one stdout line carrying the job's nonce (`FARM-FRAME <nonce> {...}`); any error exits non-zero
 with its message on stderr. The job file is built by workers/blender.py (`job_file`).
+
+With `--serve` instead of `--job` it is a warm Blender (workers/warm.py): it reads job files' paths
+from stdin, one a line, opens the scene for the first and keeps it open for the next ones, which
+must differ from the first only in their frames, nonce and permit (one job's next chunks), and
+says `FARM-DONE <nonce> {}` after each; an empty line or the end of stdin ends it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ ENGINE_ALIASES = {
 """Eevee is BLENDER_EEVEE_NEXT in 4.2-4.5 and BLENDER_EEVEE before and since 5.0."""
 PREVIEW_DEPTHS = ("8", "16")
 MOVIE_FORMATS = frozenset({"FFMPEG", "AVI_JPEG", "AVI_RAW"})
+PER_CHUNK = frozenset({"frames", "nonce", "permit"})
+"""The only fields in which a warm Blender's later job files may differ from its first."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._#-]+")
 
 
@@ -90,11 +97,48 @@ def main(argv: list[str]) -> None:
 
         print("FARM-CAPS " + json.dumps(capabilities(bpy), sort_keys=True), flush=True)
         return
-    with open(job_path(argv), encoding="utf-8") as fh:
-        job = json.load(fh)
+    if "--serve" in argv:
+        import bpy
+
+        serve(bpy, sys.stdin)
+        return
     import bpy
 
-    Renderer(bpy, job).run()
+    Renderer(bpy, read_job(job_path(argv))).run()
+
+
+def read_job(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        job = json.load(fh)
+    if not isinstance(job, dict):
+        raise ChunkFailed(f"{path} is not a job file")
+    return job
+
+
+def same_scene(first: dict[str, Any], job: dict[str, Any]) -> bool:
+    """Whether `job` is another chunk of the scene `first` opened, set up the same way."""
+
+    def scene_part(j: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in j.items() if k not in PER_CHUNK}
+
+    return scene_part(first) == scene_part(job)
+
+
+def serve(bpy: Any, commands: Iterable[str]) -> None:
+    """A warm Blender: each line of `commands` names a job file; the first opens the scene, the
+    next ones render more of its frames as they are (no second load), and each ends with DONE."""
+    renderer: Renderer | None = None
+    for command in commands:
+        path = command.strip()
+        if not path:
+            return
+        job = read_job(path)
+        if renderer is None:
+            renderer = Renderer(bpy, job)
+            renderer.run()
+        else:
+            renderer.next_chunk(job)
+        announce("DONE", renderer.nonce)
 
 
 def capabilities(bpy: Any) -> dict[str, Any]:
@@ -143,8 +187,24 @@ class Renderer:
         self.job = job
         self.nonce = str(job["nonce"])
         self.out_dir = os.path.abspath(job["out_dir"])
+        self.scene: Any = None
+        self.loaded: dict[str, Any] = {}
+        """LOADED's fields (what renders, where): a warm Blender's later chunks say them again."""
 
     def run(self) -> None:
+        self.scene = self.load()
+        self.render_chunk()
+
+    def next_chunk(self, job: dict[str, Any]) -> None:
+        """The next chunk of the same scene, already open and set up: only its frames."""
+        if not same_scene(self.job, job):
+            raise ChunkFailed("a warm Blender was given another scene or other settings")
+        self.job, self.nonce = job, str(job["nonce"])
+        announce("LOADED", self.nonce, **{**self.loaded, "load_s": 0.0, "warm": True})
+        self.render_chunk()
+
+    def load(self) -> Any:
+        """Open the scene and set it up as the job asks; announce LOADED with what it renders."""
         started = time.monotonic()
         scene = self.open_scene()
         self.remap_paths()
@@ -157,9 +217,7 @@ class Renderer:
         if image.file_format in MOVIE_FORMATS:
             # Frames are kept as images; the farm makes the video.
             image.file_format, image.color_mode, image.color_depth = "PNG", "RGB", "8"
-        announce(
-            "LOADED",
-            self.nonce,
+        self.loaded = dict(
             blender=self.bpy.app.version_string,
             engine=scene.render.engine,
             width=scene.render.resolution_x * scene.render.resolution_percentage // 100,
@@ -171,8 +229,12 @@ class Renderer:
             # render threads Blender uses on them.
             cpus=sorted(os.sched_getaffinity(0)),
             threads=scene.render.threads,
-            load_s=round(time.monotonic() - started, 3),
         )
+        announce("LOADED", self.nonce, **self.loaded, load_s=round(time.monotonic() - started, 3))
+        return scene
+
+    def render_chunk(self) -> None:
+        scene = self.scene
         for frame in self.job["frames"]:
             last = self.permitted_last()
             if last is not None and int(frame) > last:

@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 def render_box(
     settings: Settings, *, workspace: Path, out_dir: Path, scene: Path, tree: bool
 ) -> Box | None:
-    """Writable: the chunk's workspace (HOME) and its output folder; readable: the scene (its
-    whole asset tree when `tree`) and the program's own files. None when the box is turned off."""
+    """Writable: the workspace (HOME: the chunk's, or a warm Blender's for its job) and the
+    output folder; readable: the scene (its whole asset tree when `tree`) and the program's own
+    files. None when the box is turned off."""
     if settings.sandbox == "off":
         log.warning("rendering without a box (FARM_SANDBOX=off): the scene can reach this host")
         return None

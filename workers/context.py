@@ -15,6 +15,7 @@ from farm.settings import Settings
 from farm.store import Store
 from workers.gpu import Capabilities
 from workers.wake import Wakeups
+from workers.warm import WarmPool
 
 
 @dataclass(slots=True)
@@ -52,6 +53,8 @@ class WorkerContext:
     drain: Drain = field(default_factory=Drain)
     wakeups: Wakeups | None = None
     """This worker's wake-up subscription (its chunks split by others), when it has one."""
+    warm: WarmPool | None = None
+    """Blenders kept with a job's scene open for its next chunk here (settings.warm_blender_s)."""
 
     @property
     def stopping(self) -> threading.Event:

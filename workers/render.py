@@ -12,12 +12,15 @@ import queue
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from farm import keys
 from farm.errors import FarmError, PermanentError, StoreRefused, TransientError
 from farm.ledger import Ledger
+from farm.proc import Result, run
 from farm.spec import JobSpec
 from farm.store import Store, sha256_file
 from workers import autochunk, blender, spot, thumbnail
@@ -26,6 +29,7 @@ from workers.attempt import ChunkAttempt, Outcome
 from workers.box import render_box
 from workers.context import WorkerContext
 from workers.source import fetch_source
+from workers.warm import warm_key
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +203,8 @@ class _Progress:
     masters: dict[int, tuple[Path, ...]] = field(default_factory=dict)
     """Each frame's files in the scene's output format (PNG, EXR); the preview is uploaded."""
     rejected: list[str] = field(default_factory=list)
+    warm: bool = False
+    """Rendered by a Blender that already had the scene open (workers.warm)."""
 
     def on_line(self, line: str, uploader: FrameUploader) -> None:
         ours = blender.script_line(line, self.nonce) if self.nonce else None
@@ -251,6 +257,7 @@ class _Progress:
             fields["blender_launch_s"] = round(self.read_s, 3)
         if self.read_s is not None and self.first_frame_s is not None:
             fields["scene_load_s"] = round(self.first_frame_s - self.read_s, 3)
+        fields["blender_warm"] = int(self.warm)
         return fields
 
 
@@ -274,8 +281,11 @@ def _run_blender(
         preview_depth="16" if spec.codec.ten_bit else "8",
     )
     nonce = secrets.token_hex(16)
-    job_path = attempt.workspace / "blender-job.json"
-    job_path.parent.mkdir(parents=True, exist_ok=True)
+    # A warm Blender (workers.warm) lives across this job's chunks: its home, job files and
+    # permits are the job's on this worker, not one attempt's.
+    home = ctx.job_dir(attempt.job_id) / "blender" if ctx.warm else attempt.workspace
+    home.mkdir(parents=True, exist_ok=True)
+    job_path, permit = home / f"job-{nonce}.json", home / f"permit-{nonce}.json"
     job = blender.job_file(
         scene=scene,
         out_dir=out_dir,
@@ -283,13 +293,28 @@ def _run_blender(
         settings=settings,
         nonce=nonce,
         remap=tree_remap(ctx, attempt.job_id),
-        permit=attempt.workspace / "permit.json",
+        permit=permit,
     )
     job_path.write_text(json.dumps(job))
     argv = blender.script_argv(
-        blender=ctx.settings.blender, job_path=job_path, trusted=settings.trusted
+        blender=ctx.settings.blender,
+        job_path=None if ctx.warm else job_path,
+        trusted=settings.trusted,
     )
     progress = _Progress(nonce=nonce, out_dir=out_dir, todo=list(todo))
+    # A memory cap protects the host from a runaway scene; CUDA maps huge address ranges, so the
+    # cap only applies to CPU renders.
+    limit_mb = ctx.settings.render_memory_limit_mb if settings.device == "CPU" else 0
+    runner: Callable[..., Result] = run
+    if ctx.warm is not None:
+        pool = ctx.warm
+
+        def on_warm(boxed: list[str], **kw: Any) -> Result:
+            key = warm_key(boxed, job, memory_limit_bytes=kw["memory_limit_bytes"])
+            result, progress.warm = pool.run(boxed, key, job_path, nonce, **kw)
+            return result
+
+        runner = on_warm
 
     def spot_check() -> str:
         deadline = ctx.drain.deadline
@@ -310,14 +335,10 @@ def _run_blender(
         return f" on frame {frame}" if frame is not None else ""
 
     keeper.should_stop = spot_check
-    permit = attempt.workspace / "permit.json"
     keeper.on_split = lambda last: write_permit(permit, last)
     if keeper.split_last is not None:  # split before Blender started
         write_permit(permit, keeper.split_last)
     uploader.starting(todo[0], 0.0)  # a new attempt: not the frame an earlier one was on
-    # A memory cap protects the host from a runaway scene; CUDA maps huge address ranges, so the
-    # cap only applies to CPU renders.
-    limit_mb = ctx.settings.render_memory_limit_mb if settings.device == "CPU" else 0
     uploader.start()
     try:
         attempt.run_child(
@@ -328,11 +349,12 @@ def _run_blender(
             failed_at=failed_at,
             box=render_box(
                 ctx.settings,
-                workspace=attempt.workspace,
+                workspace=home,
                 out_dir=out_dir,
                 scene=scene,
                 tree=bool(spec.assets_key),
             ),
+            runner=runner,
         )
     finally:
         uploader.finish()

@@ -1,5 +1,6 @@
 """`farm up --workers 2` gives each worker its own CPUs, and each chunk's Blender runs on its
-worker's CPUs with one render thread per CPU (two Blenders never fight over the same cores)."""
+worker's CPUs with one render thread per CPU (two Blenders never fight over the same cores); a
+worker's later chunks of the job run on the Blender it already started (workers.warm)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,10 @@ def test_each_worker_and_its_blender_run_on_their_own_cpus(local_farm: LocalFarm
     for line in loaded:
         assert tuple(line["cpus"]) in shares, line
         assert line["threads"] == len(line["cpus"]), line
+    # Each worker started one Blender at most for the job's 4 chunks: the others found it warm,
+    # with the scene open (no load), and said so.
+    chunks = local_farm.ledger().chunks(job_id)
+    warm = [c for c in chunks if c.get("blender_warm") == "1"]
+    assert len(warm) >= len(chunks) - 2, chunks
+    assert sum(1 for line in loaded if line.get("warm")) == len(warm), loaded
+    assert all(float(c["blender_launch_s"]) < 0.3 for c in warm), warm

@@ -1,10 +1,12 @@
-"""A real Redis server on a free loopback port, for ledger tests."""
+"""A real Redis server on a free loopback port, for ledger tests; the tiny scenes the render
+script's tests render (render_scenes.py, built once a session)."""
 
 from __future__ import annotations
 
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +17,17 @@ import redis
 from farm.ledger import Ledger
 from farm.plan import plan_chunks
 from farm.spec import JobSpec, build_render_spec
+
+
+@pytest.fixture(scope="session")
+def scenes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("scenes")
+    build = Path(__file__).with_name("render_scenes.py")
+    done = subprocess.run(
+        [sys.executable, "-I", str(build), str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
 
 
 def _free_port() -> int:

@@ -7,30 +7,16 @@ import json
 import secrets
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 from farm.proc import Result, run
 from workers import blender, gpu
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(__file__).with_name("render_scenes.py")
 SAVED_BY_5_0 = Path(__file__).with_name("blends")
 MEMORY_LIMIT = 4096 * 1024 * 1024
 """The cap the e2e farm gives CPU renders (FARM_RENDER_MEMORY_LIMIT_MB=4096)."""
-
-
-@pytest.fixture(scope="session")
-def scenes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("scenes")
-    done = subprocess.run(
-        [sys.executable, "-I", str(BUILD), str(out)], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return out
 
 
 @dataclass

@@ -46,6 +46,14 @@ def test_binary_argv_disables_autoexec_and_fails_on_script_errors() -> None:
     ]
 
 
+def test_a_warm_blender_reads_its_job_files_from_stdin_both_ways() -> None:
+    assert script_argv(blender=WHEEL, job_path=None, python="py") == [
+        "py", "-I", str(SCRIPT), "--serve",
+    ]  # fmt: skip
+    argv = script_argv(blender="/opt/blender/blender", job_path=None)
+    assert argv[-2:] == ["--", "--serve"] and "--job" not in argv
+
+
 def test_trusted_binary_argv_leaves_autoexec_to_the_script() -> None:
     argv = script_argv(blender="blender", job_path=Path("j.json"), trusted=True)
     assert "--disable-autoexec" not in argv
