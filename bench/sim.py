@@ -32,6 +32,8 @@ class _Task:
     saves: list[tuple[int, float]] = field(default_factory=list)
     """(frame, time its save completes) for a render."""
     crash_at: float = math.inf
+    startup_s: float = 0.0
+    """Blender start-up this render pays: S, or 0 on a warm Blender."""
 
 
 @dataclass(slots=True)
@@ -44,6 +46,8 @@ class _Instance:
     prefer_encode: bool = False
     ready_at: float = math.inf
     """When its boot ends (whether or not it lives that long)."""
+    warm: bool = False
+    """Its Blender has the job's scene open (a clean render ended on it)."""
 
 
 class Sim(Splitting):
@@ -86,6 +90,7 @@ class Sim(Splitting):
         self.reclaims = 0
         self.book = Book()
         self.timed: list[float] = []
+        self.startups: list[float] = []
         self.remembered = self.auto and remembered
         if self.remembered:
             # An earlier job of the scene measured it: sized at submit, as farm.jobs does.
@@ -194,9 +199,9 @@ class Sim(Splitting):
             for f, t in task.saves:
                 if t <= self.now:
                     self.saved.add(f)
-            begun = task.started + self.w.task_latency_s + self.w.startup_s
+            begun = task.started + self.w.task_latency_s + task.startup_s
             self.lost_s += max(self.now - max(kept[-1] if kept else begun, begun), 0.0)
-            self.startup_s += min(max(self.now - task.started, 0.0), self.w.startup_s)
+            self.startup_s += min(max(self.now - task.started, 0.0), task.startup_s)
         else:
             self.lost_s += self.now - task.started
 
@@ -219,6 +224,7 @@ class Sim(Splitting):
         inst.task = None
         self._account(task)
         if task.kind == "render":
+            inst.warm = self.f.warm_blender and task.crash_at == math.inf
             self._render_done(task)
         elif task.kind == "encode":
             self.done += 1
@@ -244,7 +250,8 @@ class Sim(Splitting):
             begun = task.started + self.w.task_latency_s
             m = chunking.measure_saved_times([t - begun for _, t in task.saves])
             bisect.insort(self.timed, m.frame_s)
-        self.startup_s += self.w.startup_s
+            bisect.insort(self.startups, m.startup_s)
+        self.startup_s += task.startup_s
         if self.planning and task.chunk < len(self.probe) and task.saves:
             self._plan(task)
         self._at(self.now + self.w.task_latency_s, "requeue", task.chunk, "encode")
@@ -264,7 +271,7 @@ class Sim(Splitting):
         """Book the GPU-seconds of a task that ended now (done, cut short or reclaimed)."""
         if task.kind == "render":
             frames_s = sum(self.frame_t[f - 1] for f, t in task.saves if t <= self.now)
-            startup_s = self.w.task_latency_s + self.w.startup_s
+            startup_s = self.w.task_latency_s + task.startup_s
             self.book.render(self.now - task.started, startup_s, frames_s)
         elif task.kind == "encode":
             self.book.encodes.append((task.started, self.now))
@@ -305,8 +312,9 @@ class Sim(Splitting):
                 return
 
     def _start_render(self, who: int, chunk: Chunk) -> None:
-        task = _Task(kind="render", chunk=chunk.index, started=self.now)
-        t = self.now + self.w.task_latency_s + self.w.startup_s
+        startup_s = 0.0 if self.inst[who].warm else self.w.startup_s
+        task = _Task(kind="render", chunk=chunk.index, started=self.now, startup_s=startup_s)
+        t = self.now + self.w.task_latency_s + startup_s
         todo = [f for f in chunk.frames if f not in self.saved]
         tries = self.failures.get(chunk.index, 0)
         crash = random.Random(f"{self.seed}:crash:{chunk.index}:{tries}")

@@ -38,6 +38,9 @@ class Fleet:
     spot_price_h: float = _G5.spot_h
     """g5.xlarge (A10G), us-east-1, from the farm's price table (farm/prices.json)."""
     on_demand_price_h: float = _G5.on_demand_h
+    warm_blender: bool = True
+    """Workers keep Blender with the job's scene open between its chunks (workers.warm): only an
+    instance's first chunk of the job, or its first after a crash, pays the start-up S."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,6 +35,8 @@ class Splitting:
     frame_t: list[float]
     timed: list[float]
     """Finished renders' measured frame times, sorted (the chunks' `frame_s`)."""
+    startups: list[float]
+    """Finished renders' measured start-ups, sorted (the chunks' `blender_startup_s`)."""
     splits: bool
     split_count: int
     looking: bool
@@ -65,10 +67,7 @@ class Splitting:
             self._look_later()
 
     def _job_frame_s(self) -> float:
-        n = len(self.timed)
-        if not n:
-            return 0.0
-        return (self.timed[(n - 1) // 2] + self.timed[n // 2]) / 2
+        return _median(self.timed)
 
     def _split_for(self, who: int) -> bool:
         """An idle worker with nothing queued splits the running render with the most frames
@@ -95,7 +94,9 @@ class Splitting:
                 frames,
                 on,
                 margin=split.margin_frames(frame_s, lag_s),
-                startup_frames=self.w.startup_s / frame_s if frame_s > 0 else 0.0,
+                # As farm.split.choose: the start-up the job's finished chunks measured (0 on
+                # a warm Blender), what the new chunk is expected to pay.
+                startup_frames=_median(self.startups) / frame_s if frame_s > 0 else 0.0,
             )
             if last is not None:
                 moved = sum(1 for f in frames if f > last)
@@ -120,3 +121,8 @@ class Splitting:
         )
         self._start_render(who, new)
         return True
+
+
+def _median(ordered: list[float]) -> float:
+    n = len(ordered)
+    return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2 if n else 0.0
