@@ -66,6 +66,9 @@ class Splitting:
         if self.idle and any(self.inst[o].task is t for o, t in self.renders.items()):
             self._look_later()
 
+    def _warm(self, who: int) -> bool:
+        return False
+
     def _job_frame_s(self) -> float:
         return _median(self.timed)
 
@@ -74,7 +77,11 @@ class Splitting:
         left, by the farm's rule, and renders the rest itself. False when none can be split."""
         if not self.splits or self.planning or self.render_q or self.encode_q:
             return False
-        lag_s = min(self.f.lease_s / 3, 2.0) + split.SLACK_S
+        # The farm's render workers hear of a split of their chunk at once (workers.wake).
+        lag_s = split.WAKE_LAG_S
+        # As farm.split.choose: none on a warm Blender (the splitter takes the new chunk), else
+        # the start-up the job's finished chunks measured.
+        startup_s = 0.0 if self._warm(who) else _median(self.startups)
         best: tuple[int, int, int] | None = None  # (moved, owner, last frame)
         for owner, task in self.renders.items():
             inst = self.inst[owner]
@@ -82,21 +89,25 @@ class Splitting:
                 continue
             n_done = bisect.bisect_right(task.saves, self.now, key=lambda s: s[1])
             ahead = len(task.saves) - n_done - 1
-            if ahead < split.MIN_REST + 1 or (best is not None and ahead // 2 <= best[0]):
-                continue  # cannot beat the best found: at most half of what is ahead moves
+            if ahead < split.MIN_REST or (best is not None and ahead <= best[0]):
+                continue  # cannot beat the best found: at most what is ahead moves
             frames = [f for f, _ in task.saves]
             first = frames[0]
             on = frames[n_done] if self.now >= task.saves[0][1] - self.frame_t[first - 1] else None
             # The owner's mean frame time so far (frame_s_live), else the job's finished chunks'.
             rendered = [self.frame_t[f - 1] for f, _ in task.saves[:n_done]]
             frame_s = sum(rendered) / len(rendered) if rendered else self._job_frame_s()
+            # What is left of the frame it is on, by that mean (frame_on_at, as the farm reads it).
+            on_at = (
+                task.saves[n_done - 1][1] if n_done else task.saves[0][1] - self.frame_t[first - 1]
+            )
+            left_s = frame_s - (self.now - on_at) if on is not None and frame_s else None
             last = split.split_point(
                 frames,
                 on,
-                margin=split.margin_frames(frame_s, lag_s),
-                # As farm.split.choose: the start-up the job's finished chunks measured (0 on
-                # a warm Blender), what the new chunk is expected to pay.
-                startup_frames=_median(self.startups) / frame_s if frame_s > 0 else 0.0,
+                margin=split.margin_frames(frame_s, lag_s, left_s),
+                on_left=max(left_s or 0.0, 0.0) / frame_s if frame_s > 0 else 0.0,
+                startup_frames=startup_s / frame_s if frame_s > 0 else 0.0,
             )
             if last is not None:
                 moved = sum(1 for f in frames if f > last)

@@ -287,7 +287,7 @@ if redis.call('HGET', KEYS[1], 'state') ~= 'rendering' then return {0, 'not rend
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, 'another attempt'} end
 local last = tonumber(ARGV[2])
 local on = tonumber(redis.call('HGET', KEYS[1], 'frame_on') or '')
-if on and last <= on then return {0, 'owner past the split'} end
+if on and last < on then return {0, 'owner past the split'} end
 local keep, rest = {}, {}
 for _, f in ipairs(cjson.decode(redis.call('HGET', KEYS[1], 'frames'))) do
   if f <= last then keep[#keep + 1] = f else rest[#rest + 1] = f end

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from farm.pipeline import PHASES, Phase, kind_of
@@ -41,11 +42,16 @@ class Split:
     moved: int
 
 
-def margin_frames(frame_s: float, lag_s: float) -> int:
+def margin_frames(frame_s: float, lag_s: float, left_s: float | None = None) -> int:
     """Frames after the one it is on that the owner may start before it hears of a split: as many
-    as begin within `lag_s` (its lease renewal interval plus slack), at least one."""
+    as begin within `lag_s` (how long it may take to hear). `left_s`: what is left of the frame it
+    is on, by its mean frame time (None: unknown, taken as ending now); none when that frame ends
+    after the lag, so the owner stops after it, else at least one."""
     frame_s = frame_s if frame_s > 0 else UNKNOWN_FRAME_S
-    return max(1, math.ceil(lag_s / frame_s - 1e-9))
+    if left_s is not None and left_s > lag_s:
+        return 0
+    left = max(left_s or 0.0, 0.0)
+    return max(1, math.ceil((lag_s - left) / frame_s - 1e-9))
 
 
 def split_point(
@@ -55,26 +61,30 @@ def split_point(
     margin: int,
     startup_frames: float = 0.0,
     min_rest: int = MIN_REST,
+    on_left: float = 0.0,
 ) -> int | None:
     """The last frame the owner keeps, or None when the chunk is too short to split.
 
     Of the frames after the one the owner is on (all of them before it starts one), it keeps at
-    least `margin`, else the whole number k that ends both soonest: the owner renders k, the new
-    chunk starts Blender (`startup_frames`, in frames) and renders the rest, so k is about half of
-    them plus half the start-up. The new chunk takes the rest, at least `min_rest`, and only if
-    the later of the two ends before the owner alone would: one frame moves where the start-up is
-    shorter than a frame, none where it is longer than what the owner would save."""
+    least `margin`, else the whole number k that ends both soonest: the owner finishes the frame
+    it is on (`on_left`, in frames) and renders k, the new chunk starts Blender
+    (`startup_frames`) and renders the rest, so k is about half of them plus half the start-up,
+    less half of what is left of the current frame. k may be 0 (the owner stops after the frame
+    it is on) but not before it has started one. The new chunk takes the rest, at least
+    `min_rest`, and only if the later of the two ends before the owner alone would: one frame
+    moves where the start-up is shorter than a frame, none where it is longer than what the owner
+    would save."""
     ahead = [f for f in frames if frame_on is None or f > frame_on]
-    even = (len(ahead) + startup_frames) / 2
+    even = (len(ahead) + startup_frames - on_left) / 2
     keep = min(
         (math.floor(even), math.ceil(even)),
-        key=lambda k: (max(k, startup_frames + len(ahead) - k), -k),
+        key=lambda k: (max(on_left + k, startup_frames + len(ahead) - k), -k),
     )
-    keep = max(margin, keep)
+    keep = max(margin, keep, 0 if frame_on is not None else 1)
     rest = len(ahead) - keep
-    if keep < 1 or rest < min_rest or max(keep, startup_frames + rest) >= len(ahead):
+    if rest < min_rest or max(on_left + keep, startup_frames + rest) >= on_left + len(ahead):
         return None
-    return ahead[keep - 1]
+    return ahead[keep - 1] if keep else frame_on
 
 
 def _int(value: str | None) -> int | None:
@@ -97,12 +107,17 @@ def choose(
     lag_s: float,
     min_rest: int = MIN_REST,
     lag_of: Mapping[str, float] | None = None,
+    now: float | None = None,
+    warm_jobs: Collection[str] = (),
 ) -> Split | None:
     """The split that moves the most frames, across the running render jobs given as (job record,
     its chunk records); None while any of them still has a chunk waiting for a render (there is
     work to take) or no rendering chunk has enough frames left. `lag_s`: how long an owner may
     take to hear of a split; `lag_of`: a shorter one for owners (by worker name) that hear at
-    once (workers.wake)."""
+    once (workers.wake); `now`: the wall clock the owners' `frame_on_at` is read against;
+    `warm_jobs`: jobs whose scene the splitting worker holds open (workers.warm), whose new
+    chunk starts with no Blender start-up."""
+    now = time.time() if now is None else now
     render = PHASES[Phase.RENDER]
     best: Split | None = None
     for job, chunks in jobs:
@@ -117,6 +132,8 @@ def choose(
             _float(c.get("blender_startup_s")) for c in chunks if c.get("blender_startup_s")
         ]
         startup_s = statistics.median(startups) if startups else 0.0
+        if job["id"] in warm_jobs:
+            startup_s = 0.0
         # A chunk that has not finished a frame yet (a split's new chunk, a reclaimed chunk's
         # rest) is timed as its job's finished chunks were, not by UNKNOWN_FRAME_S.
         timed = [_float(c.get("frame_s")) for c in chunks if _float(c.get("frame_s")) > 0]
@@ -127,12 +144,16 @@ def choose(
             frames: list[int] = json.loads(chunk.get("frames") or "[]")
             frame_s = _float(chunk.get("frame_s_live")) or job_frame_s
             lag = (lag_of or {}).get(chunk.get("worker") or "", lag_s)
+            frame_on, on_at = _int(chunk.get("frame_on")), _float(chunk.get("frame_on_at"))
+            # What is left of the frame the owner is on, by its mean frame time so far.
+            left_s = frame_s - (now - on_at) if frame_on is not None and on_at and frame_s else None
             last = split_point(
                 frames,
-                _int(chunk.get("frame_on")),
-                margin=margin_frames(frame_s, lag),
+                frame_on,
+                margin=margin_frames(frame_s, lag, left_s),
                 startup_frames=startup_s / frame_s if frame_s > 0 else 0.0,
                 min_rest=min_rest,
+                on_left=max(left_s or 0.0, 0.0) / frame_s if frame_s > 0 else 0.0,
             )
             if last is None:
                 continue

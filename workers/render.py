@@ -45,6 +45,9 @@ class FrameUploader:
     done: list[int] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
     upload_s: float = 0.0
+    kept_until: Callable[[], int | None] = lambda: None
+    """The chunk's last frame since a split (LeaseKeeper.split_last), None before one: a frame
+    after it is the split's new chunk's, never stored or recorded by this one."""
     _queue: queue.Queue[tuple[int, Path, tuple[Path, ...], Path | None] | None] = field(
         default_factory=queue.Queue
     )
@@ -71,8 +74,9 @@ class FrameUploader:
             return
         try:
             self.ledger.set_chunk_fields(
-                self.job_id, self.chunk, frame_on=frame, frame_s_live=started[1]
-            )
+                self.job_id, self.chunk, frame_on=frame, frame_s_live=started[1],
+                frame_on_at=round(time.time(), 3),
+            )  # fmt: skip
             self._started = started
         except FarmError as exc:  # only a split waits on it; the next frame records again
             log.warning("could not record frame %d as started: %s", frame, exc)
@@ -97,6 +101,12 @@ class FrameUploader:
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
             frame, path, masters, thumb = item
+            last = self.kept_until()
+            if last is not None and frame > last:
+                # Begun before the split was heard (it came within the last frame's end): the
+                # new chunk renders and records it.
+                log.info("frame %d is another chunk's since a split at %d; not stored", frame, last)
+                continue
             started = time.monotonic()
             try:
                 for master in masters:  # before the record: a recorded frame has its masters
@@ -146,7 +156,9 @@ def render_frames(attempt: ChunkAttempt) -> Outcome:
     scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
     fetched_s = time.monotonic() - started
     todo = frames_to_render(ctx, job_id, frames, attempt.records)
-    uploader = FrameUploader(ctx.store, ctx.ledger, job_id, index)
+    uploader = FrameUploader(
+        ctx.store, ctx.ledger, job_id, index, kept_until=lambda: attempt.keeper.split_last
+    )
     saved_s: list[float] = []
     timing: dict[str, float] = {}
     if todo:
@@ -311,7 +323,9 @@ def _run_blender(
 
         def on_warm(boxed: list[str], **kw: Any) -> Result:
             key = warm_key(boxed, job, memory_limit_bytes=kw["memory_limit_bytes"])
-            result, progress.warm = pool.run(boxed, key, job_path, nonce, **kw)
+            result, progress.warm = pool.run(
+                boxed, key, job_path, nonce, label=attempt.job_id, **kw
+            )
             return result
 
         runner = on_warm

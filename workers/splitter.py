@@ -65,6 +65,9 @@ def split_once(ctx: WorkerContext) -> Split | None:
         jobs,
         lag_s=min(ctx.settings.lease_renew_s, 2.0) + SLACK_S,
         lag_of=dict.fromkeys(woken, WAKE_LAG_S),
+        # The new chunk is most likely this worker's: where its Blender has the job's scene open
+        # (workers.warm) it starts at once.
+        warm_jobs=ctx.warm.idle_labels() if ctx.warm is not None else frozenset(),
     )
     if plan is None:
         return None

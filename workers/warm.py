@@ -49,8 +49,12 @@ def warm_key(argv: Sequence[str], job: Mapping[str, object], *, memory_limit_byt
 class WarmBlender:
     """One render script in serve mode and the thread that reads its output."""
 
-    def __init__(self, argv: Sequence[str], key: str, *, memory_limit_bytes: int) -> None:
+    def __init__(
+        self, argv: Sequence[str], key: str, *, memory_limit_bytes: int, label: str = ""
+    ) -> None:
         self.key = key
+        self.label = label
+        """What it holds, for the splitter (the job id)."""
         self.argv = list(argv)
         self.popen = spawn(argv, memory_limit_bytes=memory_limit_bytes, stdin=subprocess.PIPE)
         self.chunks = 0
@@ -155,6 +159,7 @@ class WarmPool:
         log_path: Path | None,
         handle: Running,
         memory_limit_bytes: int = 0,
+        label: str = "",
     ) -> tuple[Result, bool]:
         """Run one chunk on an idle Blender with this key, else on a new one (the others are
         ended: a worker renders one job's chunks in a row); keep it after a clean chunk.
@@ -162,7 +167,7 @@ class WarmPool:
         blender = self._take(key)
         warm = blender is not None
         if blender is None:
-            blender = WarmBlender(argv, key, memory_limit_bytes=memory_limit_bytes)
+            blender = WarmBlender(argv, key, memory_limit_bytes=memory_limit_bytes, label=label)
             with self._lock:
                 self.started += 1
         result = blender.run_chunk(
@@ -216,6 +221,11 @@ class WarmPool:
     def idle(self) -> int:
         with self._lock:
             return len(self._idle)
+
+    def idle_labels(self) -> frozenset[str]:
+        """The labels (job ids) of the idle Blenders: jobs a chunk of would start at once."""
+        with self._lock:
+            return frozenset(b.label for b, _ in self._idle if b.label)
 
     def close(self) -> None:
         """End every idle Blender (the worker is going away or draining)."""

@@ -4,6 +4,7 @@ the idle worker's choice (farm.split) over real ledger records."""
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
@@ -67,11 +68,13 @@ def test_no_split_under_another_attempt_or_after_rendering(ledger: Ledger) -> No
     assert ledger.job("j1")["chunks_total"] == "1" and _frames(ledger, 0) == list(range(1, 25))
 
 
-def test_no_split_at_or_before_the_frame_the_owner_is_on(ledger: Ledger) -> None:
+def test_no_split_before_the_frame_the_owner_is_on(ledger: Ledger) -> None:
     token = _job(ledger)
     ledger.set_chunk_fields("j1", 0, frame_on=12)
-    assert ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1) is None
-    assert ledger.split_chunk("j1", 0, token=token, last_frame=13, chunks_total=1) == 1
+    assert ledger.split_chunk("j1", 0, token=token, last_frame=11, chunks_total=1) is None
+    # At it: the owner stops after the frame it is on (it hears long before that frame ends).
+    assert ledger.split_chunk("j1", 0, token=token, last_frame=12, chunks_total=1) == 1
+    assert _frames(ledger, 1) == list(range(13, 25))
 
 
 def test_no_split_leaving_fewer_than_two_frames(ledger: Ledger) -> None:
@@ -133,8 +136,9 @@ class _Dispatch:
 
 def _ctx(ledger: Ledger) -> Any:
     return SimpleNamespace(
-        ledger=ledger, dispatch=_Dispatch(), settings=Settings(lease_s=6), name="idle@test"
-    )
+        ledger=ledger, dispatch=_Dispatch(), settings=Settings(lease_s=6), name="idle@test",
+        warm=None,
+    )  # fmt: skip
 
 
 def test_an_idle_worker_splits_and_sends_the_new_chunk(ledger: Ledger) -> None:
@@ -204,3 +208,16 @@ def test_an_owner_that_hears_at_once_is_left_a_one_frame_margin(ledger: Ledger) 
     plan = splitter.split_once(ctx)
     assert plan is not None and plan.last_frame == 22 and plan.moved == 2
     assert ledger.worker_info(["w", "nobody"]).keys() == {"w"}
+
+
+def test_a_woken_owner_with_most_of_its_frame_left_stops_after_it(ledger: Ledger) -> None:
+    # On frame 23 of 24 at 1 s a frame, begun 0.2 s ago: it hears long before 23 ends, so 24
+    # moves (done 1 s from now instead of 1.8).
+    _job(ledger)
+    ledger.set_chunk_fields(
+        "j1", 0, frame_on=23, frame_s_live=1.0, frame_on_at=round(time.time() - 0.2, 3)
+    )
+    ledger.heartbeat("w", {"queues": ["render"], "wake": True})
+    plan = splitter.split_once(_ctx(ledger))
+    assert plan is not None and plan.last_frame == 23 and plan.moved == 1
+    assert _frames(ledger, 0) == list(range(1, 24)) and _frames(ledger, 1) == [24]

@@ -11,7 +11,7 @@ from farm.proc import Running
 from farm.split import MIN_REST, choose, margin_frames, split_point
 from workers.blender_render import Renderer
 from workers.lease import LeaseKeeper
-from workers.render import kept, write_permit
+from workers.render import FrameUploader, kept, write_permit
 from workers.stitch import first_frame
 
 
@@ -28,6 +28,44 @@ def test_the_margin_covers_the_frames_an_owner_starts_before_it_hears() -> None:
     assert margin_frames(frame_s=10.0, lag_s=3.5) == 1
     assert margin_frames(frame_s=0.5, lag_s=3.5) == 7
     assert margin_frames(frame_s=0.0, lag_s=3.5) == 4  # unknown: assumed one second a frame
+
+
+def test_an_owner_that_hears_before_its_frame_ends_keeps_no_frame_after_it() -> None:
+    # Woken owners hear within WAKE_LAG_S: 4 s left of a 10 s frame is plenty.
+    assert margin_frames(frame_s=10.0, lag_s=0.25, left_s=4.0) == 0
+    assert margin_frames(frame_s=10.0, lag_s=0.25, left_s=0.1) == 1  # it may start the next
+    assert margin_frames(frame_s=10.0, lag_s=0.25, left_s=-2.0) == 1  # a slow frame: unknown end
+    assert margin_frames(frame_s=0.5, lag_s=3.5, left_s=1.0) == 5  # 5 begin in the 2.5 s after
+    assert margin_frames(frame_s=10.0, lag_s=3.5, left_s=None) == 1
+
+
+def test_the_last_frame_after_the_current_one_moves_when_that_ends_sooner() -> None:
+    frames = list(range(1, 11))
+    # on 9 with 0.6 of it left: 10 moves (the chunk ends 1 frame from now, not 1.6)
+    assert split_point(frames, 9, margin=0, on_left=0.6) == 9
+    assert split_point(frames, 9, margin=1, on_left=0.6) is None  # an owner that may not hear
+    # not before the owner has started a frame: all of it would move, for nothing
+    assert split_point([1, 2], None, margin=0) == 1
+
+
+def test_choose_reads_what_is_left_of_the_owners_frame() -> None:
+    now = 1_000.0
+    jobs = [(_job(), [_chunk(0, list(range(1, 11)), frame_on="9", frame_s_live="10",
+                             frame_on_at=str(now - 4), worker="w1")])]  # fmt: skip
+    plan = choose(jobs, lag_s=3.5, lag_of={"w1": 0.25}, now=now)
+    assert plan is not None and (plan.last_frame, plan.moved) == (9, 1)
+    # 0.1 s left of frame 9: the owner may start 10 before it hears; nothing worth moving
+    jobs[0][1][0]["frame_on_at"] = str(now - 9.9)
+    assert choose(jobs, lag_s=3.5, lag_of={"w1": 0.25}, now=now) is None
+
+
+def test_a_splitter_holding_the_jobs_scene_open_prices_no_startup() -> None:
+    done = _chunk(0, [1, 2, 3], state="rendered", frame_s="1", blender_startup_s="3")
+    owner = _chunk(1, list(range(4, 10)), frame_on="6", frame_s_live="1")  # 7, 8, 9 ahead
+    jobs = [(_job(chunks_total="2"), [done, owner])]
+    assert choose(jobs, lag_s=0.25) is None  # a 3 s start-up to move any of 3 frames: no gain
+    plan = choose(jobs, lag_s=0.25, warm_jobs={"j"})
+    assert plan is not None and (plan.last_frame, plan.moved) == (8, 1)
 
 
 def test_the_owner_keeps_half_of_what_is_ahead_and_the_rest_moves() -> None:
@@ -135,3 +173,35 @@ def test_segments_join_in_first_frame_order_not_chunk_order() -> None:
     }
     order = sorted(manifests, key=lambda i: first_frame(manifests[i], i))
     assert order == [0, 2, 3, 1]
+
+
+class _Recorder:
+    """Store and ledger in one, keeping what the uploader stored and recorded."""
+
+    def __init__(self) -> None:
+        self.stored: list[str] = []
+        self.recorded: list[int] = []
+
+    def put_file(self, key: str, path: Path, intermediate: bool = False) -> str:
+        self.stored.append(key)
+        return "etag"
+
+    def record_frame(self, job_id: str, frame: int, *_: Any, **__: Any) -> None:
+        self.recorded.append(frame)
+
+    def mark_first(self, job_id: str, **_: Any) -> None:
+        pass
+
+
+def test_a_frame_begun_before_the_split_was_heard_is_left_to_the_new_chunk(
+    tmp_path: Path,
+) -> None:
+    fake = _Recorder()
+    uploader = FrameUploader(fake, fake, "j", 0, kept_until=lambda: 5)  # type: ignore[arg-type]
+    uploader.start()
+    for frame in (5, 6):
+        path = tmp_path / f"preview_{frame:06d}.png"
+        path.write_bytes(b"png")
+        uploader.add(frame, path)
+    uploader.finish()
+    assert fake.recorded == [5] and uploader.done == [5] and len(fake.stored) == 1
