@@ -101,6 +101,13 @@ def _wrapped(what: str) -> Iterator[None]:
         raise LedgerError(f"Redis refused to {what}: {exc}") from exc
 
 
+_FIELD_ONCE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return '' end
+if ARGV[2] ~= '' then redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) end
+return redis.call('HGET', KEYS[1], ARGV[1]) or ''
+"""
+
+
 class Ledger:
     """All of the farm's Redis state goes through here."""
 
@@ -500,6 +507,13 @@ class Ledger:
         with _wrapped(f"count {counter}"):
             value: int = self.r.hincrby(keys.r_job(job_id), counter, 1)
         return value
+
+    def job_field_once(self, job_id: str, field: str, value: str) -> str:
+        """The job's `field`, set to `value` first where it has none and `value` is not empty:
+        of workers racing to set it, all get the first one's. '' for a job that is gone."""
+        with _wrapped(f"set the job's {field}"):
+            found = self.r.eval(_FIELD_ONCE, 1, keys.r_job(job_id), field, value)
+        return str(found or "")
 
     def set_chunk_fields(self, job_id: str, index: int, **fields: Any) -> None:
         with _wrapped("update chunk progress"):

@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -316,9 +316,13 @@ class Store:
             part_etag: str = answer["CopyPartResult"]["ETag"]
         return part_etag
 
-    def complete_multipart(self, key: str, upload_id: str, etags: list[str]) -> None:
-        """Join the parts, numbered from 1 in the order of `etags`, into the object."""
-        parts = [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, 1)]
+    def complete_multipart(
+        self, key: str, upload_id: str, etags: list[str], numbers: Sequence[int] = ()
+    ) -> None:
+        """Join the parts into the object: `etags` in order, numbered `numbers` (rising, gaps
+        allowed), else from 1."""
+        numbers = list(numbers) or list(range(1, len(etags) + 1))
+        parts = [{"PartNumber": n, "ETag": etag} for n, etag in zip(numbers, etags, strict=True)]
         with _wrapped(f"finish the upload of {key}"):
             self.s3.complete_multipart_upload(
                 Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}

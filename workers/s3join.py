@@ -2,17 +2,27 @@
 merged index and the first segment's samples (sent from here) and whose every other part is a
 ranged copy of one later segment's samples (UploadPartCopy), so the video's bytes never pass
 through the worker. The layout is workers.mp4join's, so the object is byte for byte its file.
+
+Most of it is done before the stitch: the worker that makes a segment copies its samples into the
+job's upload at once (`copy_early`, begun by the first such segment), in the part its first frame
+gives it (`part_number`: parts rise with the frames, gaps allowed, so a split's new chunk has one
+too). The stitch then copies only the parts not done or no longer right (a segment made again),
+sends the first part and completes the upload: seconds after the last segment, whatever the
+video's length.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from farm.errors import FarmError, ObjectChanged, PermanentError
+from farm.ledger import Ledger
 from farm.probe import (
     Streams,
     input_options,
@@ -78,6 +88,90 @@ def unfit(refs: Sequence[Segment]) -> str:
     return ""
 
 
+EARLY_UPLOAD = "early_upload"
+"""The job field that names the upload its segments are copied into as they are made."""
+EARLY_PART = "early_part"
+"""The chunk field that says which part its segment was copied into: number, the part's ETag,
+the segment's ETag, and the samples' offset and length."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EarlyPart:
+    number: int
+    etag: str
+    source_etag: str
+    start: int
+    length: int
+
+    def __str__(self) -> str:
+        return f"{self.number} {self.etag} {self.source_etag} {self.start} {self.length}"
+
+    @classmethod
+    def parse(cls, text: str) -> EarlyPart | None:
+        try:
+            number, etag, source_etag, start, length = text.split(" ")
+            return cls(number=int(number), etag=etag, source_etag=source_etag,
+                       start=int(start), length=int(length))  # fmt: skip
+        except ValueError:
+            return None
+
+
+def sample_run(segment: Path) -> tuple[int, int] | None:
+    """Where a local segment's samples lie (offset, bytes) when they are one run big enough to
+    be a part; else None (the stitch then decides how to join it)."""
+    try:
+        with segment.open("rb") as fh:
+
+            def read(at: int, n: int) -> bytes:
+                fh.seek(at)
+                return fh.read(n)
+
+            track = scan_track(read, segment.stat().st_size, segment.name)
+        runs = JoinIndex(frames=len(track.sizes)).add(track, len(track.sizes), segment.name)
+    except (CannotJoin, OSError) as exc:
+        log.info("%s is not copied before the stitch: %s", segment.name, exc)
+        return None
+    if len(runs) != 1 or runs[0][2] < MIN_PART_BYTES:
+        return None
+    return runs[0][0], runs[0][2]
+
+
+def part_number(position: int, total: int) -> int:
+    """The part of the segment whose first frame is the job's `position`-th (from 0) of `total`:
+    part 1 is the index and the first segment; the others spread over 2..MAX_PARTS by where
+    they start, so each is known when its segment is made and they rise with the frames (two
+    segments starting within total/9998 frames of each other share one: then none is reused)."""
+    return 2 + position * (MAX_PARTS - 2) // max(total, 1)
+
+
+def copy_early(
+    store: Store, ledger: Ledger, *, job_id: str, output_key: str, segment: Path, key: str,
+    etag: str, position: int, total: int,
+) -> dict[str, str]:  # fmt: skip
+    """Copy a segment just stored (`key`, its `etag`; `segment` its local file) into the job's
+    upload, begun here if it is the first; returns the chunk's EARLY_PART field, or nothing
+    when it cannot be a part (the first segment, under 5 MiB of samples, not one run) or the
+    store would not. Never fails the chunk: the stitch copies what is not here."""
+    found = sample_run(segment) if position > 0 else None
+    if found is None:
+        return {}
+    start, length = found
+    number = part_number(position, total)
+    try:
+        upload_id = ledger.job_field_once(job_id, EARLY_UPLOAD, "")
+        if not upload_id:
+            mine = store.create_multipart(output_key)
+            upload_id = ledger.job_field_once(job_id, EARLY_UPLOAD, mine)
+            if upload_id != mine:  # another segment's worker began it first
+                store.abort_multipart(output_key, mine)
+        part = store.upload_part_copy(output_key, upload_id, number, key, start, length, etag=etag)
+    except FarmError as exc:
+        log.warning("segment %s is not copied early (the stitch will): %s", key, exc)
+        return {}
+    early = EarlyPart(number=number, etag=part, source_etag=etag, start=start, length=length)
+    return {EARLY_PART: str(early)}
+
+
 def read_segment_track(store: Store, ref: Segment) -> Track:
     """A stored segment's track, from ranged reads of its index (the first 64 KiB, and more
     only where its boxes reach further). The object must be the one its manifest names: the
@@ -126,19 +220,36 @@ def plan(store: Store, refs: Sequence[Segment], frames: int) -> Plan:
     return Plan(header=header, pieces=pieces, joined=joined)
 
 
-def assemble(store: Store, the_plan: Plan, key: str) -> None:
+def assemble(
+    store: Store,
+    the_plan: Plan,
+    key: str,
+    *,
+    upload_id: str = "",
+    numbers: Sequence[int] = (),
+    done: Mapping[int, str] | None = None,
+) -> None:
     """Make object `key` as `the_plan` lays it out; on any failure the upload is aborted (no
-    parts left behind) and the error goes on."""
-    upload_id = store.create_multipart(key)
+    parts left behind) and the error goes on. `upload_id`: the job's early upload, where each
+    piece goes in its part of `numbers` and `done` (part number: ETag) are there already."""
+    upload_id = upload_id or store.create_multipart(key)
+    numbers = list(numbers) or list(range(1, len(the_plan.pieces) + 1))
+    done = done or {}
     pool = ThreadPoolExecutor(COPIES, thread_name_prefix="part")
     try:
         first: Future[str] = pool.submit(_first_part, store, the_plan, key, upload_id)
         copies = [
-            pool.submit(store.upload_part_copy, key, upload_id, n, source, start, length, etag=etag)
-            for n, (source, start, length, etag) in enumerate(the_plan.pieces[1:], 2)
+            _done(done[n])
+            if n in done
+            else pool.submit(
+                store.upload_part_copy, key, upload_id, n, source, start, length, etag=etag
+            )
+            for n, (source, start, length, etag) in zip(
+                numbers[1:], the_plan.pieces[1:], strict=True
+            )
         ]
         etags = [first.result(), *(c.result() for c in copies)]
-        store.complete_multipart(key, upload_id, etags)
+        store.complete_multipart(key, upload_id, etags, numbers)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         try:
@@ -148,6 +259,36 @@ def assemble(store: Store, the_plan: Plan, key: str) -> None:
         raise
     finally:
         pool.shutdown(wait=True)
+
+
+def _done(etag: str) -> Future[str]:
+    future: Future[str] = Future()
+    future.set_result(etag)
+    return future
+
+
+def early_parts(
+    the_plan: Plan, positions: Sequence[int], fields: Sequence[str], total: int
+) -> tuple[list[int], dict[int, str]] | None:
+    """Each piece's part in the job's early upload, from its first frame's `positions` (of
+    `total`), and the parts whose copy, made with the segment, is still right by its chunk's
+    EARLY_PART field in `fields` (the same segment ETag and samples); None when two pieces
+    would share a part (the stitch then numbers an upload of its own from 1)."""
+    if any(not 0 <= p < total for p in positions):
+        return None
+    numbers = [1, *(part_number(p, total) for p in positions[1:])]
+    if any(b <= a for a, b in itertools.pairwise(numbers)):
+        return None
+    done = {}
+    for text, number, (_, start, length, etag) in zip(
+        fields, numbers, the_plan.pieces, strict=True
+    ):
+        early = EarlyPart.parse(text)
+        if early and (early.number, early.source_etag, early.start, early.length) == (
+            number, etag, start, length,
+        ):  # fmt: skip
+            done[number] = early.etag
+    return numbers, done
 
 
 def _first_part(store: Store, the_plan: Plan, key: str, upload_id: str) -> str:

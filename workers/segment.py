@@ -14,7 +14,7 @@ from farm import keys
 from farm.errors import FramesMissing, PermanentError
 from farm.probe import probe_streams
 from farm.store import sha256_file
-from workers import blender
+from workers import blender, s3join
 from workers.attempt import ChunkAttempt, Outcome, segment_manifest
 from workers.context import WorkerContext
 from workers.ffgraph import EncodeSettings, choose_encoder, fps_fraction, frames_to_segment_argv
@@ -87,9 +87,14 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
     attempt.check_lease("before the upload")
     upload_started = time.monotonic()
-    etag = ctx.store.put_file(
-        keys.segment_key(job_id, index, spec.codec.container), segment, intermediate=True
-    )
+    key = keys.segment_key(job_id, index, spec.codec.container)
+    etag = ctx.store.put_file(key, segment, intermediate=True)
+    # The stitch's part of this segment, copied by the store now rather than after the last one.
+    early = s3join.copy_early(
+        ctx.store, ctx.ledger, job_id=job_id, output_key=keys.output_key(job_id, spec.codec.container),
+        segment=segment, key=key, etag=etag,
+        position=(frames[0] - spec.frames.first) // spec.frames.step, total=spec.frames.count,
+    )  # fmt: skip
     manifest = segment_manifest(
         attempt,
         frames=entries,
@@ -110,6 +115,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
             "segment_upload_s": round(time.monotonic() - upload_started, 3),
             "segment_bytes": segment.stat().st_size,  # bytes moved, for farm.census
             "frames_fetched_bytes": fetched_bytes,
+            **early,
         },
         manifest=manifest,
         summary={"frames": info.frames, "encoder": settings.encoder},

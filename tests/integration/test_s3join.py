@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import botocore.exceptions
 import ffmpeg
@@ -102,22 +103,26 @@ def segment(
     return out
 
 
-def stored(store: Store, job_id: str, parts: list[Path]) -> list[SegmentRef]:
-    """Each segment and its manifest in the store, as a chunk leaves them."""
+def stored(
+    store: Store, job_id: str, parts: list[Path], firsts: list[int] | None = None
+) -> list[SegmentRef]:
+    """Each segment and its manifest in the store, as a chunk leaves them; `firsts`: their
+    first frames (by default 1,000 apart)."""
     refs = []
+    firsts = firsts or [index * 1000 for index in range(len(parts))]
     for index, part in enumerate(parts):
         frames = ffprobe(part)["streams"][0]["nb_frames"]
         key = keys.segment_key(job_id, index)
         etag = store.put_file(key, part)
         store.put_json(keys.manifest_key(job_id, index), {
-            "frame_count": int(frames), "frames": {"first": index * 1000},
+            "frame_count": int(frames), "frames": {"first": firsts[index]},
             "encoder": {"name": "libx264"},
             "segment": {"key": key, "size": part.stat().st_size, "sha256": sha256_file(part),
                         "frames": int(frames), "fps": "24", "etag": etag},
         })  # fmt: skip
         refs.append(SegmentRef(
             index=index, key=key, size_bytes=part.stat().st_size, sha256=sha256_file(part),
-            frames=int(frames), fps=FPS, encoder={"name": "libx264"}, first=(index * 1000, index),
+            frames=int(frames), fps=FPS, encoder={"name": "libx264"}, first=(firsts[index], index),
             etag=etag,
         ))  # fmt: skip
     return refs
@@ -180,6 +185,69 @@ def test_a_stitch_of_large_segments_is_joined_in_the_store(
     assert (job["state"], job["stitch_join"], result["frames"]) == ("done", s3join.S3COPY, 32)
     assert int(job["output_size"]) == store.size(str(result["output"]))
     assert store.multipart_uploads() == []
+
+
+class _CountingStore:
+    """The store, counting the parts it copies."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner, self.copied = inner, list[int]()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def upload_part_copy(self, key: str, upload_id: str, number: int, *args: Any, **kw: Any) -> str:
+        self.copied.append(number)
+        return self.inner.upload_part_copy(key, upload_id, number, *args, **kw)
+
+
+def test_segments_copied_as_they_are_made_leave_the_stitch_one_part_to_copy(
+    ledger: Ledger, store: Store, big: tuple[list[Path], list[SegmentRef]], tmp_path: Path
+) -> None:
+    # GIVEN a job of four 8-frame chunks whose segments are stored as their chunks leave them,
+    # each copied into the job's upload as it was made (the first is the stitch's first part)
+    parts, _ = big
+    spec = make_job(ledger, job_id="early", frames="1-32", chunk_size=8, resolution="1280x720")
+    refs = stored(store, "early", parts, firsts=[1, 9, 17, 25])
+    output = keys.output_key("early")
+    made = [
+        s3join.copy_early(
+            store, ledger, job_id="early", output_key=output, segment=part, key=ref.key,
+            etag=ref.etag, position=8 * ref.index, total=32,
+        )
+        for ref, part in zip(refs, parts, strict=True)
+    ]  # fmt: skip
+    assert made[0] == {} and all(s3join.EARLY_PART in m for m in made[1:])
+    assert [s3join.EarlyPart.parse(m[s3join.EARLY_PART]).number for m in made[1:]] == [  # type: ignore[union-attr]
+        2 + 8 * 9998 // 32, 2 + 16 * 9998 // 32, 2 + 24 * 9998 // 32,
+    ]  # fmt: skip
+    upload = ledger.job("early")[s3join.EARLY_UPLOAD]
+    assert store.multipart_uploads() == [(output, upload)]
+    for ref, fields in zip(refs[1:], made[1:], strict=True):
+        ledger.set_chunk_fields("early", ref.index, **fields)
+    # AND chunk 2's segment made again since (its copy no longer matches its manifest's ETag)
+    stale = s3join.EarlyPart.parse(made[2][s3join.EARLY_PART])
+    assert stale is not None
+    ledger.set_chunk_fields(
+        "early", 2, early_part=str(dataclasses.replace(stale, source_etag='"other"'))
+    )
+    ledger.r.hset(keys.r_job("early"), mapping={"state": "stitching", "chunks_total": 4})
+    # WHEN the stitch runs
+    counting = _CountingStore(store)
+    ctx = context(ledger, counting, tmp_path)  # type: ignore[arg-type]
+    result = stitch_frames(ctx, "early", ledger.job("early"), spec)
+    # THEN it copied only chunk 2's part again, into the job's upload, now complete
+    assert counting.copied == [stale.number]
+    assert ledger.job("early")["stitch_join"] == s3join.S3COPY and result["frames"] == 32
+    assert store.multipart_uploads() == []
+    # AND the video is the very file mp4join makes of the segments
+    local = tmp_path / "local.mp4"
+    with Mp4Join(local, frames=32) as join:
+        for part in parts:
+            join.add(part, BIG_FRAMES)
+        join.finish()
+    store.get_file(output, tmp_path / "joined.mp4")
+    assert (tmp_path / "joined.mp4").read_bytes() == local.read_bytes()
 
 
 def test_segments_under_a_part_size_are_left_to_the_join_here(
