@@ -58,8 +58,10 @@ resource "aws_s3_bucket_lifecycle_configuration" "farm" {
     id     = "abort-incomplete-multipart-uploads"
     status = "Enabled"
     filter {}
+    # A job's early upload (workers/s3join.py: segments copied into the output as they are
+    # made) stays open while the job renders: a week covers long jobs and a cancelled job's retry.
     abort_incomplete_multipart_upload {
-      days_after_initiation = 1
+      days_after_initiation = 7
     }
   }
 
