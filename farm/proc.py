@@ -59,8 +59,9 @@ class Running:
 
     def stop(self) -> None:
         self.stop_requested.set()
-        if self.popen is not None and self.popen.poll() is None:
-            stop_group(self.popen.pid, self.policy.terminate_delay_s)
+        popen = self.popen  # once: a warm Blender's runner lets go of it from another thread
+        if popen is not None and popen.poll() is None:
+            stop_group(popen.pid, self.policy.terminate_delay_s)
 
 
 def stop_group(pid: int, terminate_delay_s: float) -> None:

@@ -165,10 +165,14 @@ def main(
     def on_interruption(notice: Interruption) -> None:
         ctx.drain.start(f"spot {notice.action} notice", deadline=notice.deadline)
         stop_consuming(app, name, queues)
+        if ctx.warm is not None:
+            ctx.warm.close()  # no chunk will come for an idle one
 
     def on_rebalance(notice: Rebalance) -> None:
         ctx.drain.start("rebalance recommendation")
         stop_consuming(app, name, queues)
+        if ctx.warm is not None:
+            ctx.warm.close()  # no chunk will come for an idle one
 
     watcher = SpotWatcher(
         settings.imds_url, on_interruption=on_interruption, on_rebalance=on_rebalance

@@ -138,6 +138,8 @@ def serve(bpy: Any, commands: Iterable[str]) -> None:
             renderer.run()
         else:
             renderer.next_chunk(job)
+        flush_c_output()  # Blender's own lines belong to this chunk's log, before DONE
+        print(flush=True)
         announce("DONE", renderer.nonce)
 
 
@@ -493,15 +495,20 @@ def finish(code: int) -> None:
     """Leave without Blender's own teardown: every frame is written and closed by now, and bpy
     4.5's static destructors can hang forever at exit (a condition variable destroyed while its
     sound-device thread still waits on it), which would hold the chunk's lease for good."""
+    flush_c_output()  # os._exit does not flush them
+    os._exit(code)
+
+
+def flush_c_output() -> None:
+    """Python's streams, then the C stdio buffers Blender's own log lines wait in."""
     sys.stdout.flush()
     sys.stderr.flush()
-    try:  # Blender's own log lines wait in C stdio buffers, which os._exit does not flush
+    try:
         import ctypes
 
         ctypes.CDLL(None).fflush(None)
     except (OSError, AttributeError):
         pass
-    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,8 @@ class FrameUploader:
                 size = path.stat().st_size
                 digest = sha256_file(path)
                 self.store.put_file(keys.frame_key(self.job_id, frame), path, intermediate=True)
+                if (last := self.kept_until()) is not None and frame > last:
+                    continue  # split while it was uploading: the new chunk records it
                 self.ledger.record_frame(  # the record and the chunk's progress: one round trip
                     self.job_id, frame, size, digest, chunk=self.chunk,
                     frames_rendered=len(self.done) + 1,

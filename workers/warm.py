@@ -92,25 +92,25 @@ class WarmBlender:
         started = time.monotonic()
         tail: deque[str] = deque(maxlen=tail_lines)
         done = f"FARM-DONE {nonce} "
+        log_file = log_path.open("ab") if log_path else None
         handle.popen = self.popen
         if handle.stop_requested.is_set():
             handle.stop()
-        try:
-            assert self.popen.stdin is not None
-            self.popen.stdin.write(f"{job_path}\n".encode())
-            self.popen.stdin.flush()
-        except OSError:  # it has ended; its exit code and last lines follow below
-            pass
-        self.chunks += 1
         finished = False
-        log_file = log_path.open("ab") if log_path else None
         try:
+            try:
+                assert self.popen.stdin is not None
+                self.popen.stdin.write(f"{job_path}\n".encode())
+                self.popen.stdin.flush()
+            except OSError:  # it has ended; its exit code and last lines follow below
+                pass
+            self.chunks += 1
             while (raw := self._lines.get()) is not None:
                 if log_file:
                     log_file.write(raw)
                 line = raw.decode("utf-8", "replace").rstrip()
                 tail.append(line)
-                if line.startswith(done):
+                if done in line:  # anywhere: a C library's unflushed bytes may come before it
                     finished = True
                     break
                 if on_line is not None:
@@ -147,6 +147,7 @@ class WarmPool:
         self._idle: list[tuple[WarmBlender, threading.Timer]] = []
         self.started = 0
         """Blenders started (for tests and the benchmarks: chunks minus this were warm)."""
+        self.closed = False
 
     def run(
         self,
@@ -164,15 +165,31 @@ class WarmPool:
         """Run one chunk on an idle Blender with this key, else on a new one (the others are
         ended: a worker renders one job's chunks in a row); keep it after a clean chunk.
         Returns the result and whether the Blender was warm."""
-        blender = self._take(key)
-        warm = blender is not None
+
+        def on(blender: WarmBlender) -> Result:
+            try:
+                return blender.run_chunk(
+                    job_path, nonce, on_line=on_line, log_path=log_path, handle=handle
+                )
+            except BaseException:  # a full disk, say: never leave it rendering unwatched
+                blender.stop()
+                raise
+
+        kept = self._take(key)
+        warm = kept is not None
+        if kept is not None:
+            result = on(kept)
+            if not result.ok and not result.stopped and not result.tail:
+                # It had ended unseen (it said nothing of this chunk): not the scene's failure;
+                # the chunk gets a fresh Blender.
+                log.warning("a warm Blender had ended (%s); starting another", result.returncode)
+                kept, warm = None, False
+        blender = kept
         if blender is None:
             blender = WarmBlender(argv, key, memory_limit_bytes=memory_limit_bytes, label=label)
             with self._lock:
                 self.started += 1
-        result = blender.run_chunk(
-            job_path, nonce, on_line=on_line, log_path=log_path, handle=handle
-        )
+            result = on(blender)
         if result.ok and blender.alive():
             self._keep(blender)
         else:
@@ -201,6 +218,9 @@ class WarmPool:
         timer = threading.Timer(self.idle_s, self._expire, args=(blender,))
         timer.daemon = True
         with self._lock:
+            if self.closed:  # the worker is draining: no chunk will come for it
+                blender.stop()
+                return
             self._idle.append((blender, timer))
             extra = self._idle[:-MAX_IDLE]
             self._idle = self._idle[-MAX_IDLE:]
@@ -228,9 +248,10 @@ class WarmPool:
             return frozenset(b.label for b, _ in self._idle if b.label)
 
     def close(self) -> None:
-        """End every idle Blender (the worker is going away or draining)."""
+        """End every idle Blender and keep none after this (the worker is going away or
+        draining)."""
         with self._lock:
-            idle, self._idle = self._idle, []
+            idle, self._idle, self.closed = self._idle, [], True
         for blender, timer in idle:
             timer.cancel()
             blender.stop()

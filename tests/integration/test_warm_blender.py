@@ -5,7 +5,9 @@ and is ended rather than reused for anything else."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -150,5 +152,22 @@ def test_a_stopped_chunk_ends_its_blender_and_idle_ones_expire(
             time.sleep(0.1)
         assert not kept.alive() and pool.idle() == 0
         del on_line
+    finally:
+        pool.close()
+
+
+def test_a_kept_blender_that_ended_unseen_costs_the_chunk_nothing(
+    scenes: Path, tmp_path: Path
+) -> None:
+    pool = WarmPool(idle_s=30)
+    try:
+        assert serve(pool, Chunk(scenes / "cycles.blend", tmp_path, [1]), tmp_path)[0].ok
+        (kept,) = [b for b, _ in pool._idle]
+        os.killpg(kept.popen.pid, signal.SIGKILL)  # gone between its last chunk and this one
+        kept.popen.wait(timeout=10)
+        kept.alive = lambda: True  # type: ignore[method-assign]  # as if it died just after
+        chunk = Chunk(scenes / "cycles.blend", tmp_path, [2])
+        result, warm = serve(pool, chunk, tmp_path)
+        assert result.ok and not warm and chunk.saved == [2] and pool.started == 2
     finally:
         pool.close()
