@@ -349,6 +349,7 @@ def pool_of(fleet: Fleet, workers: int = 0, splits: bool = False) -> chunking.Po
         detect_s=fleet.lease_s + fleet.reconcile_s,
         boot_s=fleet.boot_s,
         splits=splits,
+        warm_blender=fleet.warm_blender,
     )
 
 

@@ -52,6 +52,9 @@ class Pool:
 
     splits: bool = False
     """Idle workers split running chunks (farm.split): the tail is a few frames, not a chunk."""
+    warm_blender: bool = True
+    """Workers keep Blender warm between a job's chunks (workers.warm, the default): each pays
+    the start-up once per job, not once per chunk (farm.cost.estimate's busy time)."""
 
     @property
     def capacity(self) -> float:

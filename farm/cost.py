@@ -268,7 +268,8 @@ def estimate(
     *, frames: int, chunk_size: int, m: chunking.Measurement, pool: chunking.Pool, price: Price
 ) -> Estimate:
     """The plan `--chunk-size` would make (AUTO: chunking.choose_chunk_size, as a job sized at
-    submit from a measurement), its busy GPU time (S per chunk plus F per frame) and its cost."""
+    submit from a measurement), its busy GPU time (F per frame, and S once per worker that
+    renders where Blenders stay warm between a job's chunks, else once per chunk) and its cost."""
     if chunk_size == chunking.AUTO:
         choice = chunking.choose_chunk_size(frames=frames, m=m, pool=pool)
         n, makespan, reason = choice.chunk_size, choice.expected_makespan_s, choice.reason
@@ -279,7 +280,8 @@ def estimate(
         )
         reason = f"fixed: {n} frames per chunk"
     chunks = math.ceil(frames / n)
-    busy = chunks * m.startup_s + frames * m.frame_s
+    starts = min(chunks, max(pool.workers, 1)) if pool.warm_blender else chunks
+    busy = starts * m.startup_s + frames * m.frame_s
     spot = busy / (1 - reclaim_loss(m, pool))
     return Estimate(
         frames=frames,

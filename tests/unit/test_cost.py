@@ -95,10 +95,20 @@ def test_estimate_auto_uses_the_chunk_size_rule() -> None:
     choice = chunking.choose_chunk_size(frames=1000, m=m, pool=pool)
     assert est.chunk_size == choice.chunk_size
     assert est.makespan_s == choice.expected_makespan_s
-    busy = est.chunks * 20.0 + 1000 * 30.0
+    busy = min(est.chunks, 10) * 20.0 + 1000 * 30.0  # each worker starts Blender once
     assert est.gpu_s_on_demand == pytest.approx(busy)
     assert est.cost_on_demand == pytest.approx(busy / 3600)
     assert est.cost_spot == pytest.approx(busy / 3600 * 0.4)  # no reclaims: no lost work
+
+
+def test_an_estimate_charges_a_start_up_per_chunk_only_where_blenders_do_not_stay_warm() -> None:
+    m = chunking.Measurement(startup_s=20.0, frame_s=30.0)
+    price = cost.Price(on_demand_h=1.0, spot_h=1.0)
+    for warm, starts in ((True, 10), (False, 100)):
+        pool = chunking.Pool(workers=10, interruption_per_h=0.0, warm_blender=warm)
+        est = cost.estimate(frames=1000, chunk_size=10, m=m, pool=pool, price=price)
+        assert est.chunks == 100
+        assert est.gpu_s_on_demand == pytest.approx(starts * 20.0 + 1000 * 30.0)
 
 
 def test_estimate_on_spot_adds_work_lost_to_reclaims() -> None:
