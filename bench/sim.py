@@ -276,9 +276,6 @@ class Sim(Splitting):
         elif task.kind == "encode":
             self.book.encodes.append((task.started, self.now))
 
-    def _warm(self, who: int) -> bool:
-        return self.inst[who].warm
-
     def _pool(self, workers: int = 0) -> chunking.Pool:
         return pool_of(self.f, workers, splits=self.splits)
 

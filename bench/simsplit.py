@@ -66,9 +66,6 @@ class Splitting:
         if self.idle and any(self.inst[o].task is t for o, t in self.renders.items()):
             self._look_later()
 
-    def _warm(self, who: int) -> bool:
-        return False
-
     def _job_frame_s(self) -> float:
         return _median(self.timed)
 
@@ -81,7 +78,7 @@ class Splitting:
         lag_s = split.WAKE_LAG_S
         # As farm.split.choose: none on a warm Blender (the splitter takes the new chunk), else
         # the start-up the job's finished chunks measured.
-        startup_s = 0.0 if self._warm(who) else _median(self.startups)
+        startup_s = 0.0 if self.inst[who].warm else _median(self.startups)
         best: tuple[int, int, int] | None = None  # (moved, owner, last frame)
         for owner, task in self.renders.items():
             inst = self.inst[owner]
@@ -97,18 +94,14 @@ class Splitting:
             # The owner's mean frame time so far (frame_s_live), else the job's finished chunks'.
             rendered = [self.frame_t[f - 1] for f, _ in task.saves[:n_done]]
             frame_s = sum(rendered) / len(rendered) if rendered else self._job_frame_s()
-            # What is left of the frame it is on, by that mean (frame_on_at, as the farm reads it).
-            on_at = (
+            # When it began the frame it is on (frame_on_at, as the farm records it).
+            began = (
                 task.saves[n_done - 1][1] if n_done else task.saves[0][1] - self.frame_t[first - 1]
             )
-            left_s = frame_s - (self.now - on_at) if on is not None and frame_s else None
-            last = split.split_point(
-                frames,
-                on,
-                margin=split.margin_frames(frame_s, lag_s, left_s),
-                on_left=max(left_s or 0.0, 0.0) / frame_s if frame_s > 0 else 0.0,
-                startup_frames=startup_s / frame_s if frame_s > 0 else 0.0,
-            )
+            last = split.owner_split(
+                frames, on, frame_s=frame_s, began_s=began, now=self.now, lag_s=lag_s,
+                startup_s=startup_s,
+            )  # fmt: skip
             if last is not None:
                 moved = sum(1 for f in frames if f > last)
                 if best is None or moved > best[0]:

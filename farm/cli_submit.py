@@ -17,6 +17,7 @@ from farm.ledger import Ledger
 from farm.report import advance, job_summary, progress_bar, progress_line
 from farm.settings import Settings, load_settings
 from farm.spec import JobSpec, build_render_spec, check_scene_path, provenance
+from farm.state import JobState
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -232,7 +233,7 @@ def settings_text(settings: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-ENDED = ("done", "failed", "cancelled")
+ENDED = frozenset(state for state in JobState if state.final)
 
 
 def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:

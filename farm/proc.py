@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,24 +155,11 @@ def run(
     handle.popen = popen
     if handle.stop_requested.is_set():
         handle.stop()
-    log_file = log_path.open("ab") if log_path else None
     try:
         assert popen.stdout is not None
-        for raw in popen.stdout:
-            if log_file:
-                log_file.write(raw)
-            line = raw.decode("utf-8", "replace").rstrip()
-            tail.append(line)
-            if on_line is not None:
-                try:
-                    on_line(line)
-                except Exception:
-                    log.exception("output handler failed on %r; stopping %s", line, argv[0])
-                    handle.stop()
+        pump(popen.stdout, on_line=on_line, log_path=log_path, tail=tail, handle=handle)
         returncode = popen.wait()
     finally:
-        if log_file:
-            log_file.close()
         if popen.poll() is None:
             stop_group(popen.pid, 0)
     return Result(
@@ -182,6 +169,39 @@ def run(
         duration_s=time.monotonic() - started,
         stopped=handle.stop_requested.is_set(),
     )
+
+
+def pump(
+    lines: Iterable[bytes],
+    *,
+    on_line: Callable[[str], None] | None,
+    log_path: Path | None,
+    tail: deque[str],
+    handle: Running,
+    until: str = "",
+) -> bool:
+    """Each output line to the log, the tail and `on_line` (a handler that fails stops the
+    program: `handle`), to the end of `lines` or to a line holding `until` (then True; it goes
+    to the log and the tail only)."""
+    log_file = log_path.open("ab") if log_path else None
+    try:
+        for raw in lines:
+            if log_file:
+                log_file.write(raw)
+            line = raw.decode("utf-8", "replace").rstrip()
+            tail.append(line)
+            if until and until in line:
+                return True
+            if on_line is not None:
+                try:
+                    on_line(line)
+                except Exception:
+                    log.exception("output handler failed on %r; stopping the program", line)
+                    handle.stop()
+        return False
+    finally:
+        if log_file:
+            log_file.close()
 
 
 def capture(

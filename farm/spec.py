@@ -85,6 +85,10 @@ class FrameRange:
     def count(self) -> int:
         return len(range(self.first, self.last + 1, self.step))
 
+    def position(self, frame: int) -> int:
+        """Where `frame` is in the range, from 0."""
+        return (frame - self.first) // self.step
+
     def __str__(self) -> str:
         text = f"{self.first}-{self.last}"
         return text if self.step == 1 else f"{text}:{self.step}"

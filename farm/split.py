@@ -87,6 +87,32 @@ def split_point(
     return ahead[keep - 1] if keep else frame_on
 
 
+def owner_split(
+    frames: Sequence[int],
+    frame_on: int | None,
+    *,
+    frame_s: float,
+    began_s: float | None,
+    now: float,
+    lag_s: float,
+    startup_s: float,
+    min_rest: int = MIN_REST,
+) -> int | None:
+    """split_point for an owner timed in seconds: its mean frame time so far `frame_s`, when it
+    began the frame it is on `began_s` (None: unknown), how long it takes to hear `lag_s`, and
+    the new chunk's start-up `startup_s` (farm.split.choose and bench/simsplit.py)."""
+    # What is left of the frame the owner is on, by its mean frame time.
+    left_s = frame_s - (now - began_s) if frame_on is not None and began_s and frame_s else None
+    return split_point(
+        frames,
+        frame_on,
+        margin=margin_frames(frame_s, lag_s, left_s),
+        startup_frames=startup_s / frame_s if frame_s > 0 else 0.0,
+        min_rest=min_rest,
+        on_left=max(left_s or 0.0, 0.0) / frame_s if frame_s > 0 else 0.0,
+    )
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(float(value)) if value not in (None, "") else None
@@ -144,16 +170,15 @@ def choose(
             frames: list[int] = json.loads(chunk.get("frames") or "[]")
             frame_s = _float(chunk.get("frame_s_live")) or job_frame_s
             lag = (lag_of or {}).get(chunk.get("worker") or "", lag_s)
-            frame_on, on_at = _int(chunk.get("frame_on")), _float(chunk.get("frame_on_at"))
-            # What is left of the frame the owner is on, by its mean frame time so far.
-            left_s = frame_s - (now - on_at) if frame_on is not None and on_at and frame_s else None
-            last = split_point(
+            last = owner_split(
                 frames,
-                frame_on,
-                margin=margin_frames(frame_s, lag, left_s),
-                startup_frames=startup_s / frame_s if frame_s > 0 else 0.0,
+                _int(chunk.get("frame_on")),
+                frame_s=frame_s,
+                began_s=_float(chunk.get("frame_on_at")) or None,
+                now=now,
+                lag_s=lag,
+                startup_s=startup_s,
                 min_rest=min_rest,
-                on_left=max(left_s or 0.0, 0.0) / frame_s if frame_s > 0 else 0.0,
             )
             if last is None:
                 continue

@@ -53,7 +53,7 @@ def build_context(
 ) -> WorkerContext:
     scratch = Path(settings.scratch_dir or tempfile.gettempdir()) / "farm-worker" / name
     ledger = Ledger.from_url(settings.redis_url, ride_out_s=RIDE_OUT_S)
-    return WorkerContext(
+    ctx = WorkerContext(
         settings=settings,
         ledger=ledger,
         store=Store.from_settings(settings),
@@ -71,6 +71,11 @@ def build_context(
             else None
         ),
     )
+    if ctx.warm is not None:
+        # Once it takes no new chunk (spot notice, rebalance, SIGTERM) no chunk will come for an
+        # idle Blender; the chunk in hand keeps its own to the end.
+        ctx.drain.on_start.append(ctx.warm.close)
+    return ctx
 
 
 def meter_fields(settings: Settings) -> dict[str, str]:
@@ -165,14 +170,10 @@ def main(
     def on_interruption(notice: Interruption) -> None:
         ctx.drain.start(f"spot {notice.action} notice", deadline=notice.deadline)
         stop_consuming(app, name, queues)
-        if ctx.warm is not None:
-            ctx.warm.close()  # no chunk will come for an idle one
 
     def on_rebalance(notice: Rebalance) -> None:
         ctx.drain.start("rebalance recommendation")
         stop_consuming(app, name, queues)
-        if ctx.warm is not None:
-            ctx.warm.close()  # no chunk will come for an idle one
 
     watcher = SpotWatcher(
         settings.imds_url, on_interruption=on_interruption, on_rebalance=on_rebalance
@@ -183,8 +184,6 @@ def main(
         # SIGTERM (docker stop, a scale-in): Celery waits for the chunk in hand; the drain makes
         # it finish only what fits in the grace time and hand the rest back, unspent.
         ctx.drain.start("worker shutting down", deadline=time.time() + settings.shutdown_grace_s)
-        if ctx.warm is not None:
-            ctx.warm.close()  # idle ones; the chunk in hand keeps its Blender to the end
 
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _ready(**_: Any) -> None:

@@ -20,7 +20,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 EXIT_FAILED = 3
@@ -115,12 +115,13 @@ def read_job(path: str) -> dict[str, Any]:
     return job
 
 
+def scene_part(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A job file less its chunk's own fields: what opens and sets up the scene."""
+    return {k: v for k, v in job.items() if k not in PER_CHUNK}
+
+
 def same_scene(first: dict[str, Any], job: dict[str, Any]) -> bool:
     """Whether `job` is another chunk of the scene `first` opened, set up the same way."""
-
-    def scene_part(j: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in j.items() if k not in PER_CHUNK}
-
     return scene_part(first) == scene_part(job)
 
 

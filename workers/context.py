@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,12 +26,17 @@ class Drain:
     active: threading.Event = field(default_factory=threading.Event)
     deadline: float | None = None
     reason: str = ""
+    on_start: list[Callable[[], None]] = field(default_factory=list)
+    """Called at each start: what the worker lets go of once it takes no new chunk (its idle
+    warm Blenders)."""
 
     def start(self, reason: str, deadline: float | None = None) -> None:
         self.reason = reason
         if deadline is not None:
             self.deadline = deadline
         self.active.set()
+        for hook in self.on_start:
+            hook()
 
     def seconds_left(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.time()

@@ -29,7 +29,6 @@ from workers.attempt import ChunkAttempt, Outcome
 from workers.box import render_box
 from workers.context import WorkerContext
 from workers.source import fetch_source
-from workers.warm import warm_key
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +97,18 @@ class FrameUploader:
         if self._thread:
             self._thread.join()
 
+    def _split_off(self, frame: int) -> bool:
+        """Whether `frame` is the split's new chunk's now: it renders and records it."""
+        last = self.kept_until()
+        if last is None or frame <= last:
+            return False
+        log.info("frame %d is another chunk's since a split at %d; not recorded", frame, last)
+        return True
+
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
             frame, path, masters, thumb = item
-            last = self.kept_until()
-            if last is not None and frame > last:
-                # Begun before the split was heard (it came within the last frame's end): the
-                # new chunk renders and records it.
-                log.info("frame %d is another chunk's since a split at %d; not stored", frame, last)
+            if self._split_off(frame):  # begun before the split was heard
                 continue
             started = time.monotonic()
             try:
@@ -114,8 +117,8 @@ class FrameUploader:
                 size = path.stat().st_size
                 digest = sha256_file(path)
                 self.store.put_file(keys.frame_key(self.job_id, frame), path, intermediate=True)
-                if (last := self.kept_until()) is not None and frame > last:
-                    continue  # split while it was uploading: the new chunk records it
+                if self._split_off(frame):  # split while it was uploading
+                    continue
                 self.ledger.record_frame(  # the record and the chunk's progress: one round trip
                     self.job_id, frame, size, digest, chunk=self.chunk,
                     frames_rendered=len(self.done) + 1,
@@ -324,9 +327,8 @@ def _run_blender(
         pool = ctx.warm
 
         def on_warm(boxed: list[str], **kw: Any) -> Result:
-            key = warm_key(boxed, job, memory_limit_bytes=kw["memory_limit_bytes"])
             result, progress.warm = pool.run(
-                boxed, key, job_path, nonce, label=attempt.job_id, **kw
+                boxed, job, job_path, nonce, label=attempt.job_id, **kw
             )
             return result
 

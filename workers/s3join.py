@@ -252,13 +252,42 @@ def assemble(
         store.complete_multipart(key, upload_id, etags, numbers)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
-        try:
-            store.abort_multipart(key, upload_id)
-        except FarmError as exc:
-            log.warning("could not abort upload %s of %s: %s", upload_id, key, exc)
+        abort_upload(store, key, upload_id)
         raise
     finally:
         pool.shutdown(wait=True)
+
+
+def assemble_job(
+    store: Store,
+    the_plan: Plan,
+    key: str,
+    *,
+    early_upload: str,
+    early: tuple[list[int], dict[int, str]] | None,
+) -> None:
+    """`assemble` into the job's early upload where its parts fit the plan (`early`, as
+    early_parts gives them), else into a new one; an early upload that does not fit, or
+    fails, is aborted."""
+    if early_upload and early is not None:
+        numbers, done = early
+        try:
+            assemble(store, the_plan, key, upload_id=early_upload, numbers=numbers, done=done)
+            return
+        except FarmError as exc:  # aborted by assemble: an upload of its own, from scratch
+            log.warning("the early upload of %s failed (%s); joining anew", key, exc)
+    elif early_upload:
+        abort_upload(store, key, early_upload)
+    assemble(store, the_plan, key)
+
+
+def abort_upload(store: Store, key: str, upload_id: str) -> None:
+    """Drop an upload and its parts, as far as the store lets this worker (the bucket's
+    lifecycle rule is the backstop)."""
+    try:
+        store.abort_multipart(key, upload_id)
+    except FarmError as exc:
+        log.warning("could not abort upload %s of %s: %s", upload_id, key, exc)
 
 
 def _done(etag: str) -> Future[str]:

@@ -93,7 +93,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
     early = s3join.copy_early(
         ctx.store, ctx.ledger, job_id=job_id, output_key=keys.output_key(job_id, spec.codec.container),
         segment=segment, key=key, etag=etag,
-        position=(frames[0] - spec.frames.first) // spec.frames.step, total=spec.frames.count,
+        position=spec.frames.position(frames[0]), total=spec.frames.count,
     )  # fmt: skip
     manifest = segment_manifest(
         attempt,

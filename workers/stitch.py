@@ -139,7 +139,7 @@ def stitch_frames(
     started = time.monotonic()
     with stitch_workspace(ctx, job_id) as work:
         refs = segment_refs(ctx, job_id, int(job["chunks_total"]))
-        in_store = stitch_in_store(ctx, job_id, spec, refs, started)
+        in_store = stitch_in_store(ctx, job_id, job, spec, refs, started)
         if in_store is not None:
             return in_store
         out = work / f"output.{spec.codec.container}"
@@ -166,18 +166,25 @@ def stitch_frames(
 
 
 def stitch_in_store(
-    ctx: WorkerContext, job_id: str, spec: JobSpec, refs: list[SegmentRef], started: float
+    ctx: WorkerContext,
+    job_id: str,
+    job: dict[str, str],
+    spec: JobSpec,
+    refs: list[SegmentRef],
+    started: float,
 ) -> dict[str, object] | None:
     """The stitch done by the object store (workers.s3join), checked as the local join is: its
     tables, the object's size, ffprobe of its header. None (nothing done) when the segments
     are not ones it can join; the stitch then joins them here."""
     output_key = keys.output_key(job_id, spec.codec.container)
-    early_upload = ctx.ledger.job_field_once(job_id, s3join.EARLY_UPLOAD, "")
+    # Begun by the first segment big enough (s3join.copy_early), before any chunk was done.
+    early_upload = job.get(s3join.EARLY_UPLOAD, "")
     try:
         plan = s3join.plan(ctx.store, refs, spec.frames.count)
     except CannotJoin as exc:
         log.info("joining %s on this worker, not in the store: %s", job_id, exc)
-        _drop_upload(ctx, output_key, early_upload)
+        if early_upload:
+            s3join.abort_upload(ctx.store, output_key, early_upload)
         return None
     check_tables(plan.joined, spec.frames.count, fps_fraction(spec.fps))
     early = None
@@ -185,23 +192,11 @@ def stitch_in_store(
         chunks = {int(c["index"]): c for c in ctx.ledger.chunks(job_id)}
         early = s3join.early_parts(
             plan,
-            positions=[(r.first[0] - spec.frames.first) // spec.frames.step for r in refs],
+            positions=[spec.frames.position(r.first[0]) for r in refs],
             fields=[chunks.get(r.index, {}).get(s3join.EARLY_PART, "") for r in refs],
             total=spec.frames.count,
         )
-    if early is not None:
-        numbers, done = early
-        try:
-            s3join.assemble(
-                ctx.store, plan, output_key, upload_id=early_upload, numbers=numbers, done=done
-            )
-        except FarmError as exc:  # aborted: an upload of its own, from scratch
-            log.warning("the early upload of %s failed (%s); joining anew", job_id, exc)
-            early = None
-    else:
-        _drop_upload(ctx, output_key, early_upload)
-    if early is None:
-        s3join.assemble(ctx.store, plan, output_key)
+    s3join.assemble_job(ctx.store, plan, output_key, early_upload=early_upload, early=early)
     join_s = time.monotonic() - started
     try:
         info = s3join.probe_object(
@@ -226,16 +221,6 @@ def stitch_in_store(
         fetch_join_s=round(join_s, 3), stitch_join=s3join.S3COPY,
     )  # fmt: skip
     return {"job_id": job_id, "output": output_key, "frames": info.frames}
-
-
-def _drop_upload(ctx: WorkerContext, key: str, upload_id: str) -> None:
-    """The job's early upload, unused: aborted here (the bucket's lifecycle rule is the backstop)."""
-    if not upload_id:
-        return
-    try:
-        ctx.store.abort_multipart(key, upload_id)
-    except FarmError as exc:
-        log.warning("could not abort the early upload of %s: %s", key, exc)
 
 
 def check_streams(info: Streams, spec: JobSpec) -> None:

@@ -28,12 +28,11 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from farm.proc import Result, Running, spawn, stop_group
+from farm.proc import Result, Running, pump, spawn, stop_group
+from workers.blender_render import scene_part
 
 log = logging.getLogger(__name__)
 
-PER_CHUNK = frozenset({"frames", "nonce", "permit"})
-"""Job file fields a warm Blender's chunks may differ in (blender_render.PER_CHUNK)."""
 MAX_IDLE = 4
 """Idle Blenders a worker keeps at most (one per task slot is all it can use)."""
 
@@ -41,8 +40,9 @@ MAX_IDLE = 4
 def warm_key(argv: Sequence[str], job: Mapping[str, object], *, memory_limit_bytes: int) -> str:
     """What a chunk needs of a warm Blender to use it: the same command line (box included), the
     same memory cap and the same job file but for its frames, nonce and permit."""
-    scene_part = {k: v for k, v in job.items() if k not in PER_CHUNK}
-    text = json.dumps([list(argv), memory_limit_bytes, scene_part], sort_keys=True, default=str)
+    text = json.dumps(
+        [list(argv), memory_limit_bytes, scene_part(job)], sort_keys=True, default=str
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -57,7 +57,6 @@ class WarmBlender:
         """What it holds, for the splitter (the job id)."""
         self.argv = list(argv)
         self.popen = spawn(argv, memory_limit_bytes=memory_limit_bytes, stdin=subprocess.PIPE)
-        self.chunks = 0
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True, name="warm-blender-out").start()
 
@@ -91,12 +90,9 @@ class WarmBlender:
         end (its exit code). The handle stops the whole Blender, as it stops a one-chunk one."""
         started = time.monotonic()
         tail: deque[str] = deque(maxlen=tail_lines)
-        done = f"FARM-DONE {nonce} "
-        log_file = log_path.open("ab") if log_path else None
         handle.popen = self.popen
         if handle.stop_requested.is_set():
             handle.stop()
-        finished = False
         try:
             try:
                 assert self.popen.stdin is not None
@@ -104,24 +100,12 @@ class WarmBlender:
                 self.popen.stdin.flush()
             except OSError:  # it has ended; its exit code and last lines follow below
                 pass
-            self.chunks += 1
-            while (raw := self._lines.get()) is not None:
-                if log_file:
-                    log_file.write(raw)
-                line = raw.decode("utf-8", "replace").rstrip()
-                tail.append(line)
-                if done in line:  # anywhere: a C library's unflushed bytes may come before it
-                    finished = True
-                    break
-                if on_line is not None:
-                    try:
-                        on_line(line)
-                    except Exception:
-                        log.exception("output handler failed on %r; stopping Blender", line)
-                        handle.stop()
+            # DONE anywhere in a line: a C library's unflushed bytes may come before it.
+            finished = pump(
+                iter(self._lines.get, None), on_line=on_line, log_path=log_path, tail=tail,
+                handle=handle, until=f"FARM-DONE {nonce} ",
+            )  # fmt: skip
         finally:
-            if log_file:
-                log_file.close()
             handle.popen = None  # a late stop of this chunk must not end the next one
         stopped = handle.stop_requested.is_set()
         if finished and not stopped:
@@ -152,7 +136,7 @@ class WarmPool:
     def run(
         self,
         argv: Sequence[str],
-        key: str,
+        job: Mapping[str, object],
         job_path: Path,
         nonce: str,
         *,
@@ -162,9 +146,10 @@ class WarmPool:
         memory_limit_bytes: int = 0,
         label: str = "",
     ) -> tuple[Result, bool]:
-        """Run one chunk on an idle Blender with this key, else on a new one (the others are
-        ended: a worker renders one job's chunks in a row); keep it after a clean chunk.
-        Returns the result and whether the Blender was warm."""
+        """Run one chunk (`job`, written to `job_path`) on an idle Blender with its key, else on
+        a new one (the others are ended: a worker renders one job's chunks in a row); keep it
+        after a clean chunk. Returns the result and whether the Blender was warm."""
+        key = warm_key(argv, job, memory_limit_bytes=memory_limit_bytes)
 
         def on(blender: WarmBlender) -> Result:
             try:

@@ -10,11 +10,14 @@ import secrets
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from farm.proc import Running, run
+import pytest
+
+from farm.proc import Result, Running, run
 from workers import blender
-from workers.warm import WarmPool, warm_key
+from workers.warm import WarmBlender, WarmPool
 
 
 class Chunk:
@@ -57,117 +60,115 @@ def pixels(png: Path) -> bytes:
 ARGV = blender.script_argv(blender=blender.WHEEL, job_path=None)
 
 
-def serve(pool: WarmPool, chunk: Chunk, tmp: Path, handle: Running | None = None) -> tuple:
-    key = warm_key(ARGV, chunk.job, memory_limit_bytes=0)
+def serve(
+    pool: WarmPool,
+    chunk: Chunk,
+    tmp: Path,
+    handle: Running | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> tuple[Result, bool]:
     return pool.run(
-        ARGV, key, chunk.path, chunk.nonce, on_line=chunk.on_line,
+        ARGV, chunk.job, chunk.path, chunk.nonce, on_line=on_line or chunk.on_line,
         log_path=tmp / "blender.log", handle=handle or Running(),
     )  # fmt: skip
 
 
+@pytest.fixture
+def pool() -> Iterator[WarmPool]:
+    found = WarmPool(idle_s=30)
+    yield found
+    found.close()
+
+
+def warmed(pool: WarmPool, scenes: Path, tmp: Path) -> WarmBlender:
+    """The Blender the pool keeps after one clean chunk (frame 1)."""
+    assert serve(pool, Chunk(scenes / "cycles.blend", tmp, [1]), tmp)[0].ok
+    (kept,) = [b for b, _ in pool._idle]
+    return kept
+
+
 def test_later_chunks_of_a_scene_reuse_its_blender_and_match_a_fresh_one(
-    scenes: Path, tmp_path: Path
+    pool: WarmPool, scenes: Path, tmp_path: Path
 ) -> None:
-    pool = WarmPool(idle_s=30)
-    try:
-        first = Chunk(scenes / "cycles.blend", tmp_path, [1, 2])
-        result, warm = serve(pool, first, tmp_path)
-        assert result.ok and not warm, "\n".join(result.tail)
-        assert first.saved == [1, 2] and float(first.loaded["load_s"]) > 0  # type: ignore[arg-type]
-        assert pool.idle() == 1
+    first = Chunk(scenes / "cycles.blend", tmp_path, [1, 2])
+    result, warm = serve(pool, first, tmp_path)
+    assert result.ok and not warm, "\n".join(result.tail)
+    assert first.saved == [1, 2] and float(first.loaded["load_s"]) > 0  # type: ignore[arg-type]
+    assert pool.idle() == 1
 
-        second = Chunk(scenes / "cycles.blend", tmp_path, [3])
-        result, warm = serve(pool, second, tmp_path)
-        assert result.ok and warm, "\n".join(result.tail)
-        assert second.saved == [3]
-        assert second.loaded["warm"] is True and second.loaded["load_s"] == 0.0
-        assert second.loaded["width"] == first.loaded["width"]
-        assert pool.started == 1
+    second = Chunk(scenes / "cycles.blend", tmp_path, [3])
+    result, warm = serve(pool, second, tmp_path)
+    assert result.ok and warm, "\n".join(result.tail)
+    assert second.saved == [3]
+    assert second.loaded["warm"] is True and second.loaded["load_s"] == 0.0
+    assert second.loaded["width"] == first.loaded["width"]
+    assert pool.started == 1
 
-        # The same frame from a fresh Blender, one chunk to a process: the same pixels.
-        fresh_dir = tmp_path / "fresh"
-        fresh_dir.mkdir()
-        fresh = Chunk(scenes / "cycles.blend", fresh_dir, [3])
-        argv = blender.script_argv(blender=blender.WHEEL, job_path=fresh.path)
-        assert run(argv, on_line=fresh.on_line).ok
-        warm_rgb = pixels(second.out_dir / "preview_000003.png")
-        assert warm_rgb == pixels(fresh.out_dir / "preview_000003.png")
-    finally:
-        pool.close()
+    # The same frame from a fresh Blender, one chunk to a process: the same pixels.
+    fresh_dir = tmp_path / "fresh"
+    fresh_dir.mkdir()
+    fresh = Chunk(scenes / "cycles.blend", fresh_dir, [3])
+    argv = blender.script_argv(blender=blender.WHEEL, job_path=fresh.path)
+    assert run(argv, on_line=fresh.on_line).ok
+    warm_rgb = pixels(second.out_dir / "preview_000003.png")
+    assert warm_rgb == pixels(fresh.out_dir / "preview_000003.png")
 
 
-def test_another_scene_or_setting_gets_a_new_blender(scenes: Path, tmp_path: Path) -> None:
-    pool = WarmPool(idle_s=30)
-    try:
-        assert serve(pool, Chunk(scenes / "cycles.blend", tmp_path, [1]), tmp_path)[0].ok
-        (old,) = [b for b, _ in pool._idle]
-        other = Chunk(scenes / "cycles.blend", tmp_path, [2], samples=2)  # other samples
-        result, warm = serve(pool, other, tmp_path)
-        assert result.ok and not warm and pool.started == 2
-        assert old.popen.wait(timeout=10) is not None  # the first one was ended, not kept
-        assert other.saved == [2]
-    finally:
-        pool.close()
+def test_another_scene_or_setting_gets_a_new_blender(
+    pool: WarmPool, scenes: Path, tmp_path: Path
+) -> None:
+    old = warmed(pool, scenes, tmp_path)
+    other = Chunk(scenes / "cycles.blend", tmp_path, [2], samples=2)  # other samples
+    result, warm = serve(pool, other, tmp_path)
+    assert result.ok and not warm and pool.started == 2
+    assert old.popen.wait(timeout=10) is not None  # the first one was ended, not kept
+    assert other.saved == [2]
 
 
-def test_the_script_refuses_a_job_file_of_another_scene(scenes: Path, tmp_path: Path) -> None:
+def test_the_script_refuses_a_job_file_of_another_scene(
+    pool: WarmPool, scenes: Path, tmp_path: Path
+) -> None:
     """The worker never sends one (the key differs), but the script checks it too."""
-    pool = WarmPool(idle_s=30)
-    try:
-        first = Chunk(scenes / "cycles.blend", tmp_path, [1])
-        assert serve(pool, first, tmp_path)[0].ok
-        (warm,) = [b for b, _ in pool._idle]
-        forged = Chunk(scenes / "cycles.blend", tmp_path, [2], samples=2)
-        result = warm.run_chunk(
-            forged.path, forged.nonce, on_line=forged.on_line, log_path=None, handle=Running()
-        )
-        assert result.returncode == 3 and not forged.saved
-        assert any("another scene or other settings" in line for line in result.tail)
-    finally:
-        pool.close()
+    warm = warmed(pool, scenes, tmp_path)
+    forged = Chunk(scenes / "cycles.blend", tmp_path, [2], samples=2)
+    result = warm.run_chunk(
+        forged.path, forged.nonce, on_line=forged.on_line, log_path=None, handle=Running()
+    )
+    assert result.returncode == 3 and not forged.saved
+    assert any("another scene or other settings" in line for line in result.tail)
 
 
 def test_a_stopped_chunk_ends_its_blender_and_idle_ones_expire(
-    scenes: Path, tmp_path: Path
+    pool: WarmPool, scenes: Path, tmp_path: Path
 ) -> None:
-    pool = WarmPool(idle_s=0.5)
-    try:
-        handle = Running()
-        chunk = Chunk(scenes / "cycles.blend", tmp_path, [1, 2, 3, 4], samples=64)
+    pool.idle_s = 0.5
+    handle = Running()
+    chunk = Chunk(scenes / "cycles.blend", tmp_path, [1, 2, 3, 4], samples=64)
 
-        def stop_at_first_frame(line: str) -> None:
-            chunk.on_line(line)
-            if chunk.saved:
-                handle.stop()  # a lost lease or a cancel, mid-chunk
+    def stop_at_first_frame(line: str) -> None:
+        chunk.on_line(line)
+        if chunk.saved:
+            handle.stop()  # a lost lease or a cancel, mid-chunk
 
-        chunk.on_line, on_line = stop_at_first_frame, chunk.on_line  # type: ignore[method-assign]
-        result, _ = serve(pool, chunk, tmp_path, handle)
-        assert result.stopped and not result.ok and pool.idle() == 0
+    result, _ = serve(pool, chunk, tmp_path, handle, on_line=stop_at_first_frame)
+    assert result.stopped and not result.ok and pool.idle() == 0
 
-        chunk = Chunk(scenes / "cycles.blend", tmp_path, [5])
-        assert serve(pool, chunk, tmp_path)[0].ok and pool.idle() == 1
-        (kept,) = [b for b, _ in pool._idle]
-        deadline = time.monotonic() + 10
-        while kept.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not kept.alive() and pool.idle() == 0
-        del on_line
-    finally:
-        pool.close()
+    chunk = Chunk(scenes / "cycles.blend", tmp_path, [5])
+    assert serve(pool, chunk, tmp_path)[0].ok and pool.idle() == 1
+    (kept,) = [b for b, _ in pool._idle]
+    deadline = time.monotonic() + 10
+    while kept.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not kept.alive() and pool.idle() == 0
 
 
 def test_a_kept_blender_that_ended_unseen_costs_the_chunk_nothing(
-    scenes: Path, tmp_path: Path
+    pool: WarmPool, scenes: Path, tmp_path: Path
 ) -> None:
-    pool = WarmPool(idle_s=30)
-    try:
-        assert serve(pool, Chunk(scenes / "cycles.blend", tmp_path, [1]), tmp_path)[0].ok
-        (kept,) = [b for b, _ in pool._idle]
-        os.killpg(kept.popen.pid, signal.SIGKILL)  # gone between its last chunk and this one
-        kept.popen.wait(timeout=10)
-        kept.alive = lambda: True  # type: ignore[method-assign]  # as if it died just after
-        chunk = Chunk(scenes / "cycles.blend", tmp_path, [2])
-        result, warm = serve(pool, chunk, tmp_path)
-        assert result.ok and not warm and chunk.saved == [2] and pool.started == 2
-    finally:
-        pool.close()
+    kept = warmed(pool, scenes, tmp_path)
+    os.killpg(kept.popen.pid, signal.SIGKILL)  # gone between its last chunk and this one
+    kept.popen.wait(timeout=10)
+    kept.alive = lambda: True  # type: ignore[method-assign]  # as if it died just after
+    chunk = Chunk(scenes / "cycles.blend", tmp_path, [2])
+    result, warm = serve(pool, chunk, tmp_path)
+    assert result.ok and not warm and chunk.saved == [2] and pool.started == 2
