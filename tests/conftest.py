@@ -72,6 +72,12 @@ class LocalFarm:
 
         return Ledger.from_url(self.settings()["redis_url"], ride_out_s=30)
 
+    def planned_chunks(self, job_id: str) -> int:
+        """The job's chunks less those its splits added (farm.split: an idle worker may split a
+        running chunk's tail, so a job ends with as many more chunks as it had splits)."""
+        job = self.ledger().job(job_id)
+        return int(job["chunks_total"]) - int(job.get("splits", 0))
+
     def logs(self) -> str:
         out = []
         for path in sorted((self.data / "logs").glob("*.log")):

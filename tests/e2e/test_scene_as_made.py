@@ -43,7 +43,7 @@ def test_textured_scene_renders_with_its_own_settings_and_files(
     assert result.returncode == 0, result.stderr + local_farm.logs()
     summary = json.loads(result.stdout)
     assert summary["state"] == "done", summary["error"]
-    assert (summary["frames_total"], summary["chunks_total"]) == (25, 5)
+    assert (summary["frames_total"], local_farm.planned_chunks(summary["id"])) == (25, 5)
     settings = summary["settings"]
     assert settings.pop("scripts") == {"value": "not run", "from": "default"}
     assert {name: item["from"] for name, item in settings.items()} == dict.fromkeys(
