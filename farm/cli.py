@@ -26,7 +26,6 @@ from farm.report import (
 )
 from farm.settings import Settings, default_config_path, load_settings
 from farm.spec import JobSpec, check_scene_path, provenance
-from farm.store import Store
 
 log = logging.getLogger("farm")
 
@@ -206,6 +205,8 @@ def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
 @click.pass_context
 def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> None:
     """Download a finished job's video (and frames) to DEST."""
+    from farm.store import Store
+
     settings = _settings(ctx).require_farm()
     job = Ledger.from_url(settings.redis_url).job(job_id)
     if not job:
@@ -358,6 +359,7 @@ def store_security(home: Path) -> None:
 @click.pass_context
 def web(ctx: click.Context, address: str, port: int) -> None:
     """Serve the job pages and the Prometheus metrics (/metrics), behind Flower's credentials."""
+    from farm.store import Store
     from farm.web import FarmWeb, serve
 
     logging.getLogger().setLevel(logging.INFO)
@@ -421,6 +423,8 @@ def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path |
 @click.pass_context
 def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
     """Show each attempt's Blender/ffmpeg log from the object store."""
+    from farm.store import Store
+
     store = Store.from_settings(_settings(ctx).require_farm())
     prefix = keys.job_prefix(job_id) + "logs/" + (f"{chunk:05d}-" if chunk is not None else "")
     found = store.keys(prefix)

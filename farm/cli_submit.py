@@ -8,16 +8,18 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from farm.assets import Traced
 from farm.ledger import Ledger
 from farm.report import advance, job_summary, progress_bar, progress_line
 from farm.settings import Settings, load_settings
 from farm.spec import JobSpec, build_render_spec, check_scene_path, provenance
 from farm.state import JobState
+
+if TYPE_CHECKING:
+    from farm.assets import Traced
 
 
 def _settings(ctx: click.Context) -> Settings:

@@ -23,6 +23,9 @@ def test_overhead_smoke(bench_farm: LocalFarm) -> None:
     case = result["cases"][0]
     assert case["direct"]["total_s"] > 0 and case["direct"]["scene_load_s"] > 0
     assert 0 < case["direct"]["first_frame_s"] < case["direct"]["blender_s"]
+    before, after = case["direct"]["runs"]  # the baseline is the mean of runs either side
+    assert case["direct"]["total_s"] == round((before["total_s"] + after["total_s"]) / 2, 3)
+    assert case["direct"]["drift"] == round(after["total_s"] / before["total_s"], 3)
     assert 0 < case["farm"]["first_frame_s"] <= case["farm"]["first_thumbnail_s"]
     assert case["farm"]["first_frame_s"] < case["farm"]["total_s"]
     farm = case["farm"]
