@@ -87,10 +87,11 @@ def test_production_code_never_imports_bench_or_tests() -> None:
 
 
 def test_only_the_ledger_touches_its_redis_client() -> None:
-    """`ledger.r` (the raw client) is used by farm/ledger.py alone."""
+    """`ledger.r` (the raw client) is used by the ledger's own modules alone (farm/ledger.py and
+    the farm/ledger_*.py it is made of)."""
     offenders = []
     for name, path in production_modules().items():
-        if name == "farm.ledger":
+        if name == "farm.ledger" or name.startswith("farm.ledger_"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr == "r":
