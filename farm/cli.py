@@ -26,6 +26,7 @@ from farm.report import (
 )
 from farm.settings import Settings, default_config_path, load_settings
 from farm.spec import JobSpec, check_scene_path, provenance
+from farm.state import ENDED
 
 log = logging.getLogger("farm")
 
@@ -383,7 +384,7 @@ def cancel(ctx: click.Context, job_id: str) -> None:
     """Cancel a job: queued chunks never start, running ones stop within seconds."""
     ledger = Ledger.from_url(_settings(ctx).require_farm().redis_url)
     job = _job_or_fail(ledger, job_id)
-    if job.get("state") in ("done", "failed", "cancelled"):
+    if job.get("state") in ENDED:
         raise FarmError(f"job {job_id} is {job['state']} already")
     chunks = ledger.cancel_job(job_id)
     click.echo(

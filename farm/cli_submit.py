@@ -16,7 +16,7 @@ from farm.ledger import Ledger
 from farm.report import advance, job_summary, progress_bar, progress_line
 from farm.settings import Settings, load_settings
 from farm.spec import JobSpec, build_render_spec, check_scene_path, provenance
-from farm.state import JobState
+from farm.state import ENDED
 
 if TYPE_CHECKING:
     from farm.assets import Traced
@@ -233,9 +233,6 @@ def settings_text(settings: dict[str, dict[str, Any]]) -> str:
         shown = ", ".join(value) if isinstance(value, list) else value
         lines.append(f"    {name:<16} {shown!s:<24} ({item['from']})")
     return "\n".join(lines)
-
-
-ENDED = frozenset(state for state in JobState if state.final)
 
 
 def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from farm import chunking
 from farm.errors import ConfigError
+from farm.state import ENDED
 
 SHIPPED_PRICES = Path(__file__).with_name("prices.json")
 
@@ -214,7 +215,7 @@ def spend_of(job: dict[str, str], cost: JobCost, frames_done: int) -> Spend:
         frames_total=total,
         prior_per_frame=float(job.get("est_cost_per_frame") or 0),
     )
-    if job.get("state") in ("done", "cancelled", "failed"):
+    if job.get("state") in ENDED:
         rest = 0.0
     return Spend(
         cost=cost,

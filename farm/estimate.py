@@ -19,6 +19,7 @@ from farm.errors import FarmError, SpecError
 from farm.ledger import Ledger
 from farm.settings import Settings
 from farm.spec import FrameRange, JobKind, JobSpec
+from farm.state import ENDED
 from farm.store import sha256_file
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ def probe(
     deadline = started + timeout_s
     while True:
         state = ledger.job(job_id).get("state", "")
-        if state in ("done", "failed", "cancelled"):
+        if state in ENDED:
             break
         if time.monotonic() > deadline:
             ledger.cancel_job(job_id)

@@ -25,7 +25,12 @@ class JobState(StrEnum):
 
     @property
     def final(self) -> bool:
-        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+        return self in ENDED
+
+
+ENDED = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+"""The job states that never change again (a retry makes the job run anew); as they are str,
+a state read from the ledger ('' for a job that is gone) can be looked up as it is."""
 
 
 class ChunkState(StrEnum):
