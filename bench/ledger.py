@@ -1,12 +1,12 @@
 """The ledger alone, driven as 1,000 workers would drive it, on one Redis: each chunk (one frame)
 goes through the Ledger calls a worker that renders and encodes makes, in its order
-(workers/tasks.py, attempt.py, render.py, lease.py): claim, frame started, frame recorded, the
-job's first frame marked, lease renewed, rendered, claim for the segment, done with the
-completion gate.
+(workers/tasks.py, attempt.py, render.py, lease.py): claim, frame started, frame recorded (with
+the job's first-frame time, in the same round trip), lease renewed, rendered, claim for the
+segment, done with the completion gate.
 
 Baseline: the same client processes doing as many round trips with PING as the chunks took
 (counted on the client's connection), so the ratio says how many PING round trips a chunk
-transition costs: five transitions a chunk (two claims, a renewal, rendered, done), eight round
+transition costs: five transitions a chunk (two claims, a renewal, rendered, done), seven round
 trips.
 """
 
@@ -52,8 +52,8 @@ def chunk_life(ledger: Ledger, job_id: str, index: int, frame: int, worker: str)
                          worker=worker, block_after=BLOCK_AFTER, phase=str(RENDER.phase))  # fmt: skip
     token = claim.move.token
     ledger.set_chunk_fields(job_id, index, frame_on=frame, frame_s_live=0.0)  # uploader.starting
-    ledger.record_frame(job_id, frame, 6512, "ab" * 32, chunk=index, frames_rendered=1)
-    ledger.mark_first(job_id, first_frame_at=time.time())  # the attempt's first frame stored
+    # The attempt's first frame stored: its record, the chunk's progress, the job's first-frame time.
+    ledger.record_frame(job_id, frame, 6512, "ab" * 32, chunk=index, first=True, frames_rendered=1)
     ledger.renew(job_id, index, token, 30)  # the lease keeper, every 2 s while the work runs
     ledger.move_chunk(job_id, index, RENDER.done, token=token, rendered_by=worker, **RENDERED)
     claim = ledger.claim(job_id, index, SEGMENT.running, only_from=SEGMENT.claim_from,

@@ -251,10 +251,13 @@ class Ledger(JobRecords, FleetRecords):
         sha256: str,
         *,
         chunk: int | None = None,
+        first: bool = False,
         **progress: Any,
     ) -> None:
         """Record a verified frame, and count renders per frame (more than one is waste).
-        `chunk` and `progress`: fields set on that chunk in the same round trip."""
+        `chunk` and `progress`: fields set on that chunk in the same round trip. `first`: an
+        attempt's first frame, which sets the job's `first_frame_at` unless an earlier frame
+        did (`farm status`, the overhead bench), in the same round trip too."""
         with wrapped("record a frame"):
             pipe = self.r.pipeline(transaction=True)
             pipe.hset(keys.r_frames(job_id), str(frame), f"{size_bytes}:{sha256}")
@@ -264,6 +267,8 @@ class Ledger(JobRecords, FleetRecords):
                 pipe.hset(
                     keys.r_chunk(job_id, chunk), mapping={k: str(v) for k, v in progress.items()}
                 )
+            if first:
+                pipe.hsetnx(keys.r_job(job_id), "first_frame_at", round(time.time(), 3))
             pipe.execute()
 
     def forget_frame(self, job_id: str, frame: int) -> None:

@@ -119,16 +119,20 @@ class FrameUploader:
                 self.store.put_file(keys.frame_key(self.job_id, frame), path, intermediate=True)
                 if self._split_off(frame):  # split while it was uploading
                     continue
-                self.ledger.record_frame(  # the record and the chunk's progress: one round trip
-                    self.job_id, frame, size, digest, chunk=self.chunk,
+                # The record, the chunk's progress and (once an attempt; the job keeps the
+                # earliest) the job's first-frame time: one round trip.
+                first = not self.done
+                self.ledger.record_frame(
+                    self.job_id, frame, size, digest, chunk=self.chunk, first=first,
                     frames_rendered=len(self.done) + 1,
                 )  # fmt: skip
                 self.done.append(frame)
-                firsts = {"first_frame_at": time.time()}
-                if thumb is not None and thumbnail.upload(self.store, self.job_id, frame, thumb):
-                    firsts["first_thumbnail_at"] = time.time()
-                if len(self.done) == 1:  # once an attempt: the job keeps the earliest
-                    self.ledger.mark_first(self.job_id, **firsts)
+                # Every frame's thumbnail is uploaded; the first one's time is the job's too.
+                uploaded = thumb is not None and thumbnail.upload(
+                    self.store, self.job_id, frame, thumb
+                )
+                if uploaded and first:
+                    self.ledger.mark_first(self.job_id, first_thumbnail_at=time.time())
             except Exception as exc:  # reported after Blender ends
                 log.exception("upload of frame %d failed", frame)
                 self.errors.append(exc)

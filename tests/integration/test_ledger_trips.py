@@ -173,11 +173,24 @@ def test_a_frame_record_carries_the_chunk_progress_in_one_round_trip(counted: Le
     assert counted.chunk("j1", 0)["frames_rendered"] == "2"
 
 
-def test_a_worker_chunk_takes_eight_round_trips(counted: Ledger) -> None:
+def test_a_first_frame_record_stamps_the_job_once_in_the_same_round_trip(counted: Ledger) -> None:
+    """GIVEN a job WHEN two attempts record their first frames THEN the job keeps the earlier
+    time, each in the record's own round trip; a later frame of an attempt stamps nothing."""
+    _job(counted)
+    _, n = trips(lambda: counted.record_frame("j1", 1, 10, "ab" * 32, chunk=0, first=True))
+    assert n == 1
+    stamped = counted.job("j1")["first_frame_at"]
+    counted.record_frame("j1", 3, 10, "cd" * 32, chunk=1, first=True)
+    counted.record_frame("j1", 2, 10, "ef" * 32, chunk=0)
+    assert counted.job("j1")["first_frame_at"] == stamped
+    assert float(stamped) > 0
+
+
+def test_a_worker_chunk_takes_seven_round_trips(counted: Ledger) -> None:
     """A one-frame chunk through render and segment as a worker drives it (bench/ledger.py)."""
     from bench.ledger import chunk_life
 
     _job(counted, frames="1-3", chunk_size=1)
     chunk_life(counted, "j1", 0, 1, "w1")  # loads the scripts
     _, n = trips(lambda: chunk_life(counted, "j1", 1, 2, "w1"))
-    assert n == 8
+    assert n == 7
