@@ -126,7 +126,11 @@ def test_duplicate_chunk_messages_change_nothing(local_farm: LocalFarm, tmp_path
     assert summary["state"] == "done", summary["error"]
     time.sleep(2)  # let the duplicates drain through the workers
     assert frame_count(local_farm, job_id, tmp_path) == 12
-    assert len(local_farm.store().keys(f"jobs/{job_id}/manifests/")) == 3
+    # One manifest per chunk: three, and one more for each running chunk whose tail an idle
+    # worker split off; the duplicates add none.
+    total = int(local_farm.ledger().job(job_id)["chunks_total"])
+    assert total >= 3
+    assert len(local_farm.store().keys(f"jobs/{job_id}/manifests/")) == total
     assert set(local_farm.ledger().render_counts(job_id).values()) == {1}
     gates = [e for e in local_farm.ledger().events(job_id) if e["event"] == "stitch-gate"]
     assert len(gates) == 1
