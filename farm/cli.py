@@ -22,7 +22,7 @@ from farm.report import (
     status_table,
     to_text,
 )
-from farm.settings import Settings, default_config_path, load_settings
+from farm.settings import command_settings, default_config_path
 from farm.spec import JobSpec, check_scene_path, provenance
 from farm.state import ENDED
 
@@ -38,10 +38,6 @@ class FarmGroup(click.Group):
                 raise
             click.echo(f"farm: error: {exc}", err=True)
             ctx.exit(2 if isinstance(exc, SpecError) else 1)
-
-
-def _settings(ctx: click.Context) -> Settings:
-    return load_settings(config_path=ctx.meta.get("config_path"))
 
 
 @click.group(cls=FarmGroup)
@@ -75,12 +71,12 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
     """Show a job's state, its chunks, its cost and its output."""
     from farm.watch import summarize
 
-    ledger = Ledger.from_url(_settings(ctx).require_farm().redis_url)
+    ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
     job = ledger.job(job_id)
     if not job:
         raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
     if wait:
-        wait_for_job(_settings(ctx), job_id, quiet=as_json)
+        wait_for_job(command_settings(ctx), job_id, quiet=as_json)
     summary = summarize(ledger, job_id)
     summary["settings"] = provenance(JobSpec.from_json(summary["spec"])) if summary["spec"] else {}
     if as_json:
@@ -101,7 +97,7 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
 @click.pass_context
 def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
     """List jobs, newest first."""
-    ledger = Ledger.from_url(_settings(ctx).require_farm().redis_url)
+    ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
     rows = []
     from farm.watch import summarize
 
@@ -124,7 +120,7 @@ def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> Non
     """Download a finished job's video (and frames) to DEST."""
     from farm.store import Store
 
-    settings = _settings(ctx).require_farm()
+    settings = command_settings(ctx).require_farm()
     job = Ledger.from_url(settings.redis_url).job(job_id)
     if not job:
         raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
@@ -154,7 +150,7 @@ def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> Non
 @click.pass_context
 def cancel(ctx: click.Context, job_id: str) -> None:
     """Cancel a job: queued chunks never start, running ones stop within seconds."""
-    ledger = Ledger.from_url(_settings(ctx).require_farm().redis_url)
+    ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
     job = _job_or_fail(ledger, job_id)
     if job.get("state") in ENDED:
         raise FarmError(f"job {job_id} is {job['state']} already")
@@ -183,7 +179,7 @@ def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path |
     """Requeue a failed or cancelled job's chunks; frames already done are reused."""
     from farm.jobs import reopen
 
-    settings = _settings(ctx).require_farm()
+    settings = command_settings(ctx).require_farm()
     if scene is not None:
         check_scene_path(scene)
     waiting = reopen(settings, job_id, every_unfinished=every_unfinished, scene=scene)
@@ -198,7 +194,7 @@ def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
     """Show each attempt's Blender/ffmpeg log from the object store."""
     from farm.store import Store
 
-    store = Store.from_settings(_settings(ctx).require_farm())
+    store = Store.from_settings(command_settings(ctx).require_farm())
     prefix = keys.job_prefix(job_id) + "logs/" + (f"{chunk:05d}-" if chunk is not None else "")
     found = store.keys(prefix)
     if not found:

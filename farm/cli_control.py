@@ -7,11 +7,7 @@ import click
 
 from farm.cost import money
 from farm.ledger import Ledger
-from farm.settings import Settings, load_settings
-
-
-def _settings(ctx: click.Context) -> Settings:
-    return load_settings(config_path=ctx.meta.get("config_path")).require_farm()
+from farm.settings import command_settings
 
 
 @click.command()
@@ -21,7 +17,7 @@ def pause(ctx: click.Context, job_id: str) -> None:
     """Pause a job: running chunks finish, no new chunk starts, every frame is kept."""
     from farm.jobs import pause as pause_job
 
-    was = pause_job(_settings(ctx), job_id)
+    was = pause_job(command_settings(ctx).require_farm(), job_id)
     click.echo(f"paused {job_id} (was {was}); running chunks finish; `farm resume {job_id}`")
 
 
@@ -34,7 +30,7 @@ def resume(ctx: click.Context, job_id: str, max_cost: float | None) -> None:
     """Resume a paused job: its waiting chunks are sent again."""
     from farm.jobs import resume as resume_job
 
-    sent, spend = resume_job(_settings(ctx), job_id, max_cost)
+    sent, spend = resume_job(command_settings(ctx).require_farm(), job_id, max_cost)
     click.echo(f"resumed {job_id}: {sent} chunks waiting")
     if spend.over_budget:
         click.echo(
@@ -53,7 +49,7 @@ def priority(ctx: click.Context, job_id: str, priority: int) -> None:
     """Set a job's priority, 0..100, higher first (default 50): its waiting chunks move up."""
     from farm.jobs import reprioritize
 
-    sent = reprioritize(_settings(ctx), job_id, priority)
+    sent = reprioritize(command_settings(ctx).require_farm(), job_id, priority)
     click.echo(f"{job_id}: priority {priority} ({sent} waiting chunks re-sent)")
 
 
@@ -67,7 +63,7 @@ def watch(ctx: click.Context, job_id: str | None, interval_s: float, limit: int)
     from farm.errors import FarmError
     from farm.watch import watch as watch_live
 
-    ledger = Ledger.from_url(_settings(ctx).redis_url)
+    ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
     if job_id and not ledger.job(job_id):
         raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
     watch_live(ledger, job_id, interval_s=interval_s, limit=limit)

@@ -10,18 +10,15 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from farm.errors import ConfigError, FarmError
 from farm.ledger import Ledger
-from farm.settings import Settings, load_settings
+from farm.settings import command_settings
 
 log = logging.getLogger("farm")
-
-
-def _settings(ctx: click.Context) -> Settings:
-    return load_settings(config_path=ctx.meta.get("config_path"))
 
 
 @click.command()
@@ -60,7 +57,13 @@ def up(
 
     data = data or Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "farm"
     settings, started = local.up(
-        data, workers, ctx.meta["config_path"], _settings(ctx), threads, use_tls=use_tls, pin=pin
+        data,
+        workers,
+        ctx.meta["config_path"],
+        command_settings(ctx),
+        threads,
+        use_tls=use_tls,
+        pin=pin,
     )
     if not started:
         running_tls = bool(settings.tls_cert_file)
@@ -98,7 +101,9 @@ def down(ctx: click.Context, data: Path | None) -> None:
     """Stop everything `farm up` started."""
     from farm import local
 
-    data = data or (Path(_settings(ctx).data_dir) if _settings(ctx).data_dir else None)
+    if data is None:
+        data_dir = command_settings(ctx).data_dir
+        data = Path(data_dir) if data_dir else None
     if data is None or not (data / "farm-up.json").exists():
         click.echo("no local farm to stop")
         return
@@ -106,56 +111,70 @@ def down(ctx: click.Context, data: Path | None) -> None:
     click.echo(f"stopped {', '.join(stopped)}" if stopped else "farm was not running")
 
 
-@click.command()
-@click.option(
-    "--queues",
-    default="auto",
-    show_default=True,
-    help="auto (from the hardware probe) or a list such as render,encode,stitch.",
+def default_worker_name() -> str:
+    return f"farm@{socket.gethostname()}"
+
+
+WORKER_OPTIONS = (
+    click.option(
+        "--queues",
+        "queue_spec",
+        default="auto",
+        show_default=True,
+        help="auto (from the hardware probe) or a list such as render,encode,stitch.",
+    ),
+    click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True),
+    click.option("--name", default=default_worker_name, show_default="farm@HOSTNAME"),
+    click.option(
+        "--threads",
+        type=click.IntRange(0, 1024),
+        default=0,
+        show_default=True,
+        help="CPU threads Blender may use; 0: all (of --cpus where given).",
+    ),
+    click.option(
+        "--cpus",
+        default="",
+        help="Run on these CPUs only, as taskset -c writes them (0-3,8): this worker, its "
+        "Blender and its encodes. Default: every CPU it may use.",
+    ),
 )
-@click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
-@click.option("--name", default=None, help="Worker name (default: farm@HOSTNAME).")
-@click.option("--threads", type=click.IntRange(0, 1024), default=0, show_default=True)
-@click.option("--cpus", default="", help="Run on these CPUs only (taskset -c form: 0-3,8).")
+"""A worker's options: `farm worker` takes them and passes them on to `python -m workers`."""
+
+
+def worker_options(command: Any) -> Any:
+    for option in reversed(WORKER_OPTIONS):
+        command = option(command)
+    return command
+
+
+@click.command()
+@worker_options
 @click.option(
     "--ping", is_flag=True, help="Ask the running worker on this host to answer, then exit."
 )
 @click.pass_context
 def worker(
     ctx: click.Context,
-    queues: str,
+    queue_spec: str,
     concurrency: int,
-    name: str | None,
+    name: str,
     threads: int,
     cpus: str,
     ping: bool,
 ) -> None:
     """Run a worker on this host (inside the worker container on a GPU host)."""
-    settings = _settings(ctx).require_farm()
+    settings = command_settings(ctx).require_farm()
     if ping:
         from farm.dispatch import make_app
 
-        target = name or f"farm@{socket.gethostname()}"
-        replies = make_app(settings).control.ping(destination=[target], timeout=5)
+        replies = make_app(settings).control.ping(destination=[name], timeout=5)
         if not replies:
-            raise FarmError(f"worker {target} did not answer a ping within 5 s")
-        click.echo(f"{target}: pong")
+            raise FarmError(f"worker {name} did not answer a ping within 5 s")
+        click.echo(f"{name}: pong")
         return
-    argv = [
-        sys.executable,
-        "-m",
-        "workers",
-        "--queues",
-        queues,
-        "--concurrency",
-        str(concurrency),
-        "--threads",
-        str(threads),
-    ]
-    if name:
-        argv += ["--name", name]
-    if cpus:
-        argv += ["--cpus", cpus]
+    argv = [sys.executable, "-m", "workers", "--queues", queue_spec, "--name", name]
+    argv += ["--concurrency", str(concurrency), "--threads", str(threads), "--cpus", cpus]
     os.execv(sys.executable, argv)
 
 
@@ -169,7 +188,7 @@ def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
     from farm.reconcile import Reconciler
 
     logging.getLogger().setLevel(logging.INFO)
-    settings = _settings(ctx).require_farm()
+    settings = command_settings(ctx).require_farm()
     rec = Reconciler(
         Ledger.from_url(settings.redis_url),
         Dispatcher(make_app(settings)),
@@ -195,7 +214,7 @@ def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
 @click.pass_context
 def flower(ctx: click.Context, address: str, port: int) -> None:
     """Run Flower for this farm, behind basic auth (FARM_FLOWER_USER / FARM_FLOWER_PASSWORD)."""
-    settings = _settings(ctx).require_farm()
+    settings = command_settings(ctx).require_farm()
     if not settings.flower_user or not settings.flower_password:
         raise FarmError("Flower needs credentials: set FARM_FLOWER_USER and FARM_FLOWER_PASSWORD")
     env = {
@@ -237,7 +256,7 @@ def web(ctx: click.Context, address: str, port: int) -> None:
     from farm.web import FarmWeb, serve
 
     logging.getLogger().setLevel(logging.INFO)
-    settings = _settings(ctx).require_farm()
+    settings = command_settings(ctx).require_farm()
     if not settings.flower_user or not settings.flower_password:
         raise FarmError("farm web needs credentials: set FARM_FLOWER_USER and FARM_FLOWER_PASSWORD")
     app = FarmWeb(
@@ -271,7 +290,7 @@ def metrics_publish(
     from farm.metrics import BacklogPublisher
 
     logging.getLogger().setLevel(logging.INFO)
-    settings = _settings(ctx).require_farm()
+    settings = command_settings(ctx).require_farm()
     ledger = Ledger.from_url(settings.redis_url)
     publisher = BacklogPublisher(
         boto3.client("cloudwatch", region_name=settings.s3_region),

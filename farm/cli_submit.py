@@ -14,16 +14,12 @@ import click
 
 from farm.ledger import Ledger
 from farm.report import advance, job_summary, progress_bar, progress_line
-from farm.settings import Settings, load_settings
+from farm.settings import Settings, command_settings
 from farm.spec import JobSpec, build_render_spec, check_scene_path, provenance
 from farm.state import ENDED
 
 if TYPE_CHECKING:
     from farm.assets import Traced
-
-
-def _settings(ctx: click.Context) -> Settings:
-    return load_settings(config_path=ctx.meta.get("config_path"))
 
 
 @click.command()
@@ -127,7 +123,7 @@ def submit(
 
     default_kind = JobKind.RENDER if path.suffix.lower() == ".blend" else JobKind.TRANSCODE
     if (JobKind.parse(kind) if kind else default_kind) is JobKind.TRANSCODE:
-        tools = _settings(ctx)
+        tools = command_settings(ctx)
         spec = transcode_spec_from_file(
             path,
             ffprobe=tools.ffprobe,
@@ -150,7 +146,7 @@ def submit(
             path, scene_flags, chunk_size=chunk_size, codec=codec, allow_missing=allow_missing
         )
         spec = replace(spec, trusted_scripts=trusted_scripts)
-    settings = _settings(ctx).require_farm()
+    settings = command_settings(ctx).require_farm()
     if estimate:
         _print_estimate(settings, spec, path, traced, as_json)
         return

@@ -135,15 +135,6 @@ class JobRecords(Outbox):
             found = self.r.eval(_FIELD_ONCE, 1, keys.r_job(job_id), field, value)
         return str(found or "")
 
-    def mark_first(self, job_id: str, **at: float) -> None:
-        """When the job's first frame (and its thumbnail) reached the store: each field is set
-        once, by whichever chunk gets there first (`farm status`, the overhead bench)."""
-        with wrapped("record the job's first frame"):
-            pipe = self.r.pipeline(transaction=False)
-            for name, when in at.items():
-                pipe.hsetnx(keys.r_job(job_id), name, round(when, 3))
-            pipe.execute()
-
     def cost_record(self, job_id: str) -> dict[str, str]:
         """The job's metered cost hash (see cost.job_cost)."""
         with wrapped("read the job's cost"):

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -28,6 +28,9 @@ from pydantic_settings import (
 from farm.errors import ConfigError
 from farm.private import write_private
 from farm.tls import verified_redis_url
+
+if TYPE_CHECKING:
+    import click
 
 ENV_PREFIX = "FARM_"
 _SOURCES: ContextVar[tuple[Mapping[str, str], Path | None]] = ContextVar(
@@ -242,6 +245,12 @@ def load_settings(
         raise ConfigError(
             f"bad farm setting: {problems}. Fix it in the environment, the flags or {path}"
         ) from None
+
+
+def command_settings(ctx: click.Context) -> Settings:
+    """A `farm` command's settings: load_settings with the --config file the root group keeps in
+    ctx.meta (farm.cli)."""
+    return load_settings(config_path=ctx.meta.get("config_path"))
 
 
 def save_settings(settings: Settings, path: Path) -> None:

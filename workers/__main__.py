@@ -23,6 +23,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from farm import cost
 from farm import cpus as farm_cpus
+from farm.cli_serve import worker_options
 from farm.dispatch import Dispatcher, make_app
 from farm.errors import ConfigError, FarmError
 from farm.ledger import Ledger
@@ -31,7 +32,7 @@ from farm.settings import Settings, load_settings
 from farm.store import Store
 from workers import gpu, splitter
 from workers.box import check_host
-from workers.context import WorkerContext, default_worker_name
+from workers.context import WorkerContext
 from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
 from workers.tasks import register
 from workers.wake import Wakeups
@@ -113,28 +114,7 @@ def stop_consuming(app: Celery, name: str, queues: list[str]) -> None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--queues",
-    "queue_spec",
-    default="auto",
-    show_default=True,
-    help="auto (from the hardware probe) or a list such as render,encode,stitch.",
-)
-@click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
-@click.option("--name", default=default_worker_name, show_default="farm@HOSTNAME")
-@click.option(
-    "--threads",
-    type=click.IntRange(0, 1024),
-    default=0,
-    show_default=True,
-    help="CPU threads Blender may use; 0: all (of --cpus where given).",
-)
-@click.option(
-    "--cpus",
-    default="",
-    help="Run on these CPUs only, as taskset -c writes them (0-3,8): this worker, its Blender "
-    "and its encodes. Default: every CPU it may use.",
-)
+@worker_options
 @click.option("--loglevel", default="INFO", show_default=True)
 def main(
     queue_spec: str, concurrency: int, name: str, threads: int, cpus: str, loglevel: str

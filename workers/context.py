@@ -3,7 +3,6 @@ whether the instance is going away."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -76,7 +75,3 @@ class WorkerContext:
         path = self.scratch / "scenes"
         path.mkdir(parents=True, exist_ok=True)
         return path
-
-
-def default_worker_name() -> str:
-    return f"farm@{socket.gethostname()}"

@@ -131,8 +131,9 @@ class FrameUploader:
                 uploaded = thumb is not None and thumbnail.upload(
                     self.store, self.job_id, frame, thumb
                 )
-                if uploaded and first:
-                    self.ledger.mark_first(self.job_id, first_thumbnail_at=time.time())
+                if uploaded and first:  # the job keeps the earliest
+                    when = f"{time.time():.3f}"
+                    self.ledger.job_field_once(self.job_id, "first_thumbnail_at", when)
             except Exception as exc:  # reported after Blender ends
                 log.exception("upload of frame %d failed", frame)
                 self.errors.append(exc)

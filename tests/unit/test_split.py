@@ -189,8 +189,8 @@ class _Recorder:
     def record_frame(self, job_id: str, frame: int, *_: Any, **__: Any) -> None:
         self.recorded.append(frame)
 
-    def mark_first(self, job_id: str, **_: Any) -> None:
-        pass
+    def job_field_once(self, job_id: str, field: str, value: str) -> str:
+        return value
 
 
 def test_a_frame_begun_before_the_split_was_heard_is_left_to_the_new_chunk(
