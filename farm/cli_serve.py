@@ -183,9 +183,11 @@ def worker(
 @click.option("--interval-s", type=float, default=None, help="Seconds between passes.")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
-    """Requeue chunks whose lease expired and open completion gates."""
+    """Requeue chunks whose lease expired, open completion gates, and abort the early uploads
+    of jobs that failed or were cancelled."""
     from farm.dispatch import Dispatcher, make_app
     from farm.reconcile import Reconciler
+    from farm.store import Store
 
     logging.getLogger().setLevel(logging.INFO)
     settings = command_settings(ctx).require_farm()
@@ -193,6 +195,8 @@ def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
         Ledger.from_url(settings.redis_url),
         Dispatcher(make_app(settings)),
         max_lost_leases=settings.max_lost_leases,
+        store=Store.from_settings(settings),
+        early_upload_keep_s=settings.early_upload_keep_h * 3600,
     )
     if once:
         click.echo(str(rec.run_once()))

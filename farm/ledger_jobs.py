@@ -19,10 +19,26 @@ from farm.state import ChunkState, JobState
 
 log = logging.getLogger(__name__)
 
+EARLY_UPLOAD = "early_upload"
+"""The job field that names the upload its segments are copied into as they are made
+(workers.s3join.copy_early)."""
+EARLY_PART = "early_part"
+"""The chunk field that says which part its segment was copied into: number, the part's ETag,
+the segment's ETag, and the samples' offset and length."""
+
 _FIELD_ONCE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return '' end
 if ARGV[2] ~= '' then redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) end
 return redis.call('HGET', KEYS[1], ARGV[1]) or ''
+"""
+
+_FORGET_EARLY = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= ARGV[2] and state ~= ARGV[3] then return 0 end
+if redis.call('HGET', KEYS[1], ARGV[4]) ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[4])
+for i = 2, #KEYS do redis.call('HDEL', KEYS[i], ARGV[5]) end
+return 1
 """
 
 
@@ -134,6 +150,19 @@ class JobRecords(Outbox):
         with wrapped(f"set the job's {field}"):
             found = self.r.eval(_FIELD_ONCE, 1, keys.r_job(job_id), field, value)
         return str(found or "")
+
+    def forget_early_upload(self, job_id: str, upload_id: str) -> bool:
+        """Forget the job's early upload, aborted in the store, and its chunks' parts in it: only
+        while the job has failed or was cancelled and still names that upload (a retry begins
+        anew). True when forgotten."""
+        total = int(self.job(job_id).get("chunks_total") or 0)
+        chunk_keys = [keys.r_chunk(job_id, i) for i in range(total)]
+        with wrapped("forget the job's early upload"):
+            forgot = self.r.eval(
+                _FORGET_EARLY, 1 + total, keys.r_job(job_id), *chunk_keys, upload_id,
+                JobState.FAILED, JobState.CANCELLED, EARLY_UPLOAD, EARLY_PART,
+            )  # fmt: skip
+        return bool(forgot)
 
     def cost_record(self, job_id: str) -> dict[str, str]:
         """The job's metered cost hash (see cost.job_cost)."""

@@ -6,16 +6,24 @@ transition that only one caller can win.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from farm import keys
 from farm.dispatch import Dispatcher
 from farm.errors import FarmError
 from farm.ledger import Ledger
+from farm.ledger_jobs import EARLY_UPLOAD
 from farm.pipeline import STITCH, Queue, kind_of, running_in, waiting_for
 from farm.queues import Work, queued_work
+from farm.spec import JobSpec
 from farm.state import JobState
+
+if TYPE_CHECKING:
+    from farm.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +37,8 @@ class Pass:
     stitched: list[str] = field(default_factory=list)
     resent: list[tuple[str, int]] = field(default_factory=list)
     """Work whose message was lost, sent again (chunk -1: the stitch)."""
+    aborted: list[str] = field(default_factory=list)
+    """Jobs that failed or were cancelled whose early upload (and the parts in it) was dropped."""
 
 
 class Reconciler:
@@ -40,9 +50,13 @@ class Reconciler:
         max_lost_leases: int,
         orphan_after_s: float = 60.0,
         stitch_orphan_after_s: float = 900.0,
+        store: Store | None = None,
+        early_upload_keep_s: float = 24 * 3600.0,
     ) -> None:
         self.ledger = ledger
         self.dispatch = dispatch
+        self.store = store
+        self.early_upload_keep_s = early_upload_keep_s
         self.max_lost_leases = max_lost_leases
         self.orphan_after_s = orphan_after_s
         self.stitch_orphan_after_s = stitch_orphan_after_s
@@ -131,13 +145,34 @@ class Reconciler:
                 self.dispatch.send(phase.phase, job_id, index)
                 result.resent.append((job_id, index))
 
+    def abort_early_uploads(self, result: Pass, now: float | None = None) -> None:
+        """A job that failed or was cancelled may hold the upload its segments were copied into
+        before the stitch: the parts are stored, and billed, until it is aborted. It is kept
+        `early_upload_keep_s` after the job ended, for a retry to finish, then aborted and
+        forgotten in the ledger, unless the job was retried meanwhile (a retry's stitch that
+        finds its upload aborted joins anew)."""
+        if self.store is None:
+            return
+        now = now or time.time()
+        for job_id in self.ledger.job_ids(limit=1000):
+            job = self.ledger.job(job_id)
+            upload_id = job.get(EARLY_UPLOAD, "")
+            if not upload_id or job.get("state") not in (JobState.FAILED, JobState.CANCELLED):
+                continue
+            if now - float(job.get("finished") or 0) < self.early_upload_keep_s:
+                continue
+            container = JobSpec.from_json(json.loads(job["spec"])).codec.container
+            self.store.abort_multipart(keys.output_key(job_id, container), upload_id)
+            if self.ledger.forget_early_upload(job_id, upload_id):
+                result.aborted.append(job_id)
+
     def run_once(self) -> Pass:
         """One pass; a step that fails is logged and the others still run."""
         result = Pass()
         steps = [self.expire_leases, self.open_gates]
         if time.monotonic() >= self._next_orphan_sweep:
             self._next_orphan_sweep = time.monotonic() + self.orphan_after_s / 4
-            steps.append(self.resend_orphans)
+            steps += [self.resend_orphans, self.abort_early_uploads]
         for step in steps:
             try:
                 step(result)
@@ -152,7 +187,8 @@ class Reconciler:
         while True:
             try:
                 result = self.run_once()
-                if result.requeued or result.failed or result.stitched or result.resent:
+                if any((result.requeued, result.failed, result.stitched, result.resent,
+                        result.aborted)):  # fmt: skip
                     log.info("reconcile: %s", result)
             except Exception:  # never let one bad pass end the reconciler
                 log.exception("reconcile pass failed, will retry")

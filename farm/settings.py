@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     warm_blender_s: float = Field(30.0, ge=0)
     """How long a worker keeps its Blender, with a job's scene open, after a chunk for that job's
     next chunk (workers.warm); 0: a new Blender for every chunk."""
+    early_upload_keep_h: float = Field(24.0, ge=0)
+    """How long a failed or cancelled job keeps the upload its segments were copied into before
+    the stitch, for a retry to finish; then the reconciler aborts it (its parts are billed)."""
     render_memory_limit_mb: int = Field(0, ge=0)
     """Address-space cap for CPU Blender renders (0: none), so a runaway scene fails alone."""
     imds_url: str = "http://169.254.169.254"

@@ -329,9 +329,13 @@ class Store:
             )
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
-        """Drop an upload and the parts it holds."""
+        """Drop an upload and the parts it holds; one already gone is no error."""
         with _wrapped(f"abort the upload of {key}"):
-            self.s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            try:
+                self.s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                    raise
 
     def multipart_uploads(self, prefix: str = "") -> list[tuple[str, str]]:
         """(key, upload id) of every upload begun and neither completed nor aborted."""

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from farm.errors import FarmError, ObjectChanged, PermanentError
 from farm.ledger import Ledger
+from farm.ledger_jobs import EARLY_PART, EARLY_UPLOAD
 from farm.probe import (
     Streams,
     input_options,
@@ -86,13 +87,6 @@ def unfit(refs: Sequence[Segment]) -> str:
     if unnamed is not None:
         return f"segment {unnamed.index}'s manifest has no ETag to copy its bytes by"
     return ""
-
-
-EARLY_UPLOAD = "early_upload"
-"""The job field that names the upload its segments are copied into as they are made."""
-EARLY_PART = "early_part"
-"""The chunk field that says which part its segment was copied into: number, the part's ETag,
-the segment's ETag, and the samples' offset and length."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

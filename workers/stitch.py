@@ -19,6 +19,7 @@ from typing import Any
 
 from farm import keys
 from farm.errors import FarmError, PermanentError
+from farm.ledger_jobs import EARLY_PART, EARLY_UPLOAD
 from farm.probe import Streams
 from farm.spec import JobSpec
 from farm.state import JobState
@@ -178,7 +179,7 @@ def stitch_in_store(
     are not ones it can join; the stitch then joins them here."""
     output_key = keys.output_key(job_id, spec.codec.container)
     # Begun by the first segment big enough (s3join.copy_early), before any chunk was done.
-    early_upload = job.get(s3join.EARLY_UPLOAD, "")
+    early_upload = job.get(EARLY_UPLOAD, "")
     try:
         plan = s3join.plan(ctx.store, refs, spec.frames.count)
     except CannotJoin as exc:
@@ -193,7 +194,7 @@ def stitch_in_store(
         early = s3join.early_parts(
             plan,
             positions=[spec.frames.position(r.first[0]) for r in refs],
-            fields=[chunks.get(r.index, {}).get(s3join.EARLY_PART, "") for r in refs],
+            fields=[chunks.get(r.index, {}).get(EARLY_PART, "") for r in refs],
             total=spec.frames.count,
         )
     s3join.assemble_job(ctx.store, plan, output_key, early_upload=early_upload, early=early)

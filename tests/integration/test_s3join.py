@@ -22,7 +22,9 @@ import pytest
 from farm import keys
 from farm.errors import FarmError, ObjectChanged, PermanentError, StoreError
 from farm.ledger import Ledger
+from farm.ledger_jobs import EARLY_PART, EARLY_UPLOAD
 from farm.local import free_port
+from farm.reconcile import Pass, Reconciler
 from farm.settings import Settings
 from farm.store import Store, sha256_file
 from tests.conftest import ffprobe
@@ -217,16 +219,16 @@ def test_segments_copied_as_they_are_made_leave_the_stitch_one_part_to_copy(
         )
         for ref, part in zip(refs, parts, strict=True)
     ]  # fmt: skip
-    assert made[0] == {} and all(s3join.EARLY_PART in m for m in made[1:])
-    assert [s3join.EarlyPart.parse(m[s3join.EARLY_PART]).number for m in made[1:]] == [  # type: ignore[union-attr]
+    assert made[0] == {} and all(EARLY_PART in m for m in made[1:])
+    assert [s3join.EarlyPart.parse(m[EARLY_PART]).number for m in made[1:]] == [  # type: ignore[union-attr]
         2 + 8 * 9998 // 32, 2 + 16 * 9998 // 32, 2 + 24 * 9998 // 32,
     ]  # fmt: skip
-    upload = ledger.job("early")[s3join.EARLY_UPLOAD]
+    upload = ledger.job("early")[EARLY_UPLOAD]
     assert store.multipart_uploads() == [(output, upload)]
     for ref, fields in zip(refs[1:], made[1:], strict=True):
         ledger.set_chunk_fields("early", ref.index, **fields)
     # AND chunk 2's segment made again since (its copy no longer matches its manifest's ETag)
-    stale = s3join.EarlyPart.parse(made[2][s3join.EARLY_PART])
+    stale = s3join.EarlyPart.parse(made[2][EARLY_PART])
     assert stale is not None
     ledger.set_chunk_fields(
         "early", 2, early_part=str(dataclasses.replace(stale, source_etag='"other"'))
@@ -248,6 +250,58 @@ def test_segments_copied_as_they_are_made_leave_the_stitch_one_part_to_copy(
         join.finish()
     store.get_file(output, tmp_path / "joined.mp4")
     assert (tmp_path / "joined.mp4").read_bytes() == local.read_bytes()
+
+
+def test_a_cancelled_jobs_early_upload_is_aborted_and_a_retry_begins_anew(
+    ledger: Ledger, store: Store, big: tuple[list[Path], list[SegmentRef]]
+) -> None:
+    # GIVEN a job whose segments were copied into its upload as they were made, then cancelled
+    parts, _ = big
+    make_job(ledger, job_id="gone", frames="1-32", chunk_size=8, resolution="1280x720")
+    output = keys.output_key("gone")
+    for ref, part in zip(stored(store, "gone", parts, firsts=[1, 9, 17, 25]), parts, strict=True):
+        fields = s3join.copy_early(
+            store, ledger, job_id="gone", output_key=output, segment=part, key=ref.key,
+            etag=ref.etag, position=8 * ref.index, total=32,
+        )  # fmt: skip
+        ledger.set_chunk_fields("gone", ref.index, **fields)
+    upload = ledger.job("gone")[EARLY_UPLOAD]
+    # AND a running job's upload, begun the same way
+    make_job(ledger, job_id="live")
+    live = store.create_multipart(keys.output_key("live"))
+    assert ledger.job_field_once("live", EARLY_UPLOAD, live) == live
+    assert sorted(store.multipart_uploads()) == sorted(
+        [(output, upload), (keys.output_key("live"), live)]
+    )
+    ledger.cancel_job("gone")
+    # WHEN the reconciler passes before the kept hour is over, then twice after it
+    rec = Reconciler(
+        ledger,
+        FakeDispatch(),
+        max_lost_leases=6,
+        store=store,
+        early_upload_keep_s=3600,  # type: ignore[arg-type]
+    )
+    passes = [Pass(), Pass(), Pass()]
+    rec.abort_early_uploads(passes[0])
+    assert len(store.multipart_uploads()) == 2 and ledger.job("gone")[EARLY_UPLOAD] == upload
+    for later in passes[1:]:
+        rec.abort_early_uploads(later, now=time.time() + 3601)
+    # THEN the cancelled job's upload and its parts are gone, and the ledger forgot them, once
+    assert [p.aborted for p in passes] == [[], ["gone"], []]
+    assert store.multipart_uploads() == [(keys.output_key("live"), live)]
+    assert EARLY_UPLOAD not in ledger.job("gone")
+    assert not any(EARLY_PART in c for c in ledger.chunks("gone"))
+    assert ledger.job("live")[EARLY_UPLOAD] == live
+    # AND aborting it again is no error (a pass that aborted but could not tell the ledger)
+    store.abort_multipart(output, upload)
+    # AND a job retried before the ledger was told keeps its upload's name: its stitch, finding
+    # the upload aborted, joins anew
+    assert ledger.job_field_once("gone", EARLY_UPLOAD, upload) == upload
+    ledger.reopen_job("gone", every_unfinished=True)
+    assert not ledger.forget_early_upload("gone", upload)
+    assert ledger.job("gone")[EARLY_UPLOAD] == upload
+    store.abort_multipart(keys.output_key("live"), live)
 
 
 def test_segments_under_a_part_size_are_left_to_the_join_here(
