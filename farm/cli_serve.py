@@ -9,8 +9,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -111,6 +112,9 @@ def down(ctx: click.Context, data: Path | None) -> None:
     click.echo(f"stopped {', '.join(stopped)}" if stopped else "farm was not running")
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
 def default_worker_name() -> str:
     return f"farm@{socket.gethostname()}"
 
@@ -142,7 +146,7 @@ WORKER_OPTIONS = (
 """A worker's options: `farm worker` takes them and passes them on to `python -m workers`."""
 
 
-def worker_options(command: Any) -> Any:
+def worker_options(command: F) -> F:
     for option in reversed(WORKER_OPTIONS):
         command = option(command)
     return command
@@ -175,7 +179,9 @@ def worker(
         return
     argv = [sys.executable, "-m", "workers", "--queues", queue_spec, "--name", name]
     argv += ["--concurrency", str(concurrency), "--threads", str(threads), "--cpus", cpus]
-    os.execv(sys.executable, argv)
+    # The worker reads the same config as this command (`farm --config X worker`).
+    env = {**os.environ, "FARM_CONFIG": str(ctx.meta["config_path"])}
+    os.execve(sys.executable, argv, env)
 
 
 @click.command()

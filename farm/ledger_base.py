@@ -156,6 +156,15 @@ class LedgerBase:
             ids: list[str] = self.r.zrevrange(keys.r_jobs(), 0, limit - 1)
         return ids
 
+    def job_fields(self, job_ids: list[str], *names: str) -> list[tuple[str, ...]]:
+        """`names` of each job, in one round trip ('' where a job has none)."""
+        with wrapped("read jobs"):
+            pipe = self.r.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hmget(keys.r_job(job_id), list(names))
+            found: list[list[str | None]] = pipe.execute()
+        return [tuple(v or "" for v in values) for values in found]
+
     def event(self, job_id: str, kind: str, **data: Any) -> None:
         entry = json.dumps({"t": round(time.time(), 3), "event": kind, **data}, default=str)
         with wrapped("record an event"):

@@ -1,4 +1,5 @@
-"""The reconciler: takes back chunks whose lease expired and is the completion gate's backstop.
+"""The reconciler: takes back chunks whose lease expired, is the completion gate's backstop, and
+aborts the early uploads of jobs that failed or were cancelled once they have been kept long enough.
 
 Safe to run as several copies or to restart at any time: every move it makes is a ledger
 transition that only one caller can win.
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from farm.store import Store
 
 log = logging.getLogger(__name__)
+
+UPLOAD_SWEEP_S = 600.0
+"""How often the reconciler looks for early uploads to abort: they are kept for hours."""
 
 
 @dataclass(slots=True)
@@ -61,6 +65,7 @@ class Reconciler:
         self.orphan_after_s = orphan_after_s
         self.stitch_orphan_after_s = stitch_orphan_after_s
         self._next_orphan_sweep = 0.0
+        self._next_upload_sweep = 0.0
 
     def expire_leases(self, result: Pass, now: float | None = None) -> None:
         for job_id, index in self.ledger.expired_leases(now):
@@ -148,23 +153,28 @@ class Reconciler:
     def abort_early_uploads(self, result: Pass, now: float | None = None) -> None:
         """A job that failed or was cancelled may hold the upload its segments were copied into
         before the stitch: the parts are stored, and billed, until it is aborted. It is kept
-        `early_upload_keep_s` after the job ended, for a retry to finish, then aborted and
-        forgotten in the ledger, unless the job was retried meanwhile (a retry's stitch that
-        finds its upload aborted joins anew)."""
+        `early_upload_keep_s` after the job ended, for a retry to finish; then the ledger forgets
+        it (unless the job was retried meanwhile: a retry after that begins a fresh upload) and
+        only then is it aborted. An abort that fails is left to the bucket's lifecycle rule."""
         if self.store is None:
             return
-        now = now or time.time()
-        for job_id in self.ledger.job_ids(limit=1000):
-            job = self.ledger.job(job_id)
-            upload_id = job.get(EARLY_UPLOAD, "")
-            if not upload_id or job.get("state") not in (JobState.FAILED, JobState.CANCELLED):
+        now = time.time() if now is None else now
+        job_ids = self.ledger.job_ids(limit=1000)
+        fields = self.ledger.job_fields(job_ids, "state", EARLY_UPLOAD, "finished")
+        for job_id, (state, upload_id, finished) in zip(job_ids, fields, strict=True):
+            if not upload_id or state not in (JobState.FAILED, JobState.CANCELLED):
                 continue
-            if now - float(job.get("finished") or 0) < self.early_upload_keep_s:
+            if now - float(finished or 0) < self.early_upload_keep_s:
                 continue
-            container = JobSpec.from_json(json.loads(job["spec"])).codec.container
-            self.store.abort_multipart(keys.output_key(job_id, container), upload_id)
-            if self.ledger.forget_early_upload(job_id, upload_id):
-                result.aborted.append(job_id)
+            try:
+                if not self.ledger.forget_early_upload(job_id, upload_id):
+                    continue
+                spec = JobSpec.from_json(json.loads(self.ledger.job(job_id)["spec"]))
+                self.store.abort_multipart(keys.output_key(job_id, spec.codec.container), upload_id)
+            except (FarmError, KeyError, ValueError) as exc:
+                log.warning("could not abort the early upload of %s: %s", job_id, exc)
+                continue
+            result.aborted.append(job_id)
 
     def run_once(self) -> Pass:
         """One pass; a step that fails is logged and the others still run."""
@@ -172,7 +182,10 @@ class Reconciler:
         steps = [self.expire_leases, self.open_gates]
         if time.monotonic() >= self._next_orphan_sweep:
             self._next_orphan_sweep = time.monotonic() + self.orphan_after_s / 4
-            steps += [self.resend_orphans, self.abort_early_uploads]
+            steps.append(self.resend_orphans)
+        if time.monotonic() >= self._next_upload_sweep:
+            self._next_upload_sweep = time.monotonic() + UPLOAD_SWEEP_S
+            steps.append(self.abort_early_uploads)
         for step in steps:
             try:
                 step(result)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from farm.dispatch import Dispatcher, make_app
+from farm.errors import StoreError
 from farm.ledger import Ledger
+from farm.ledger_jobs import EARLY_UPLOAD
 from farm.reconcile import Pass, Reconciler
 from farm.settings import Settings
 from farm.state import ChunkState
@@ -43,3 +47,36 @@ def test_chunks_whose_message_was_lost_are_sent_again_once_the_queue_is_empty(
     again = Pass()
     rec.resend_orphans(again, now=time.time() + 120)
     assert again.resent == []  # their messages are waiting now
+
+
+class _RefusingStore:
+    """Aborts uploads, but the store refuses those of job `a`."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        self.asked.append((key, upload_id))
+        if key.startswith("jobs/a/"):
+            raise StoreError(f"cannot abort the upload of {key}: AccessDenied")
+
+
+def test_an_early_upload_the_store_will_not_abort_leaves_the_others_aborted(
+    ledger: Ledger, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    for job_id in ("a", "b"):
+        _job(ledger, job_id=job_id)
+        ledger.job_field_once(job_id, EARLY_UPLOAD, f"upload-{job_id}")
+        ledger.cancel_job(job_id)
+    store = _RefusingStore()
+    rec = Reconciler(ledger, Dispatcher(make_app(Settings(redis_url=redis_url))),
+                     max_lost_leases=6, store=store, early_upload_keep_s=0)  # type: ignore[arg-type]  # fmt: skip
+    result = Pass()
+    rec.abort_early_uploads(result)
+    assert sorted(store.asked) == [
+        ("jobs/a/output.mp4", "upload-a"),
+        ("jobs/b/output.mp4", "upload-b"),
+    ]
+    assert result.aborted == ["b"]
+    assert "could not abort the early upload of a" in caplog.text  # left to the lifecycle rule
+    assert EARLY_UPLOAD not in ledger.job("a") and EARLY_UPLOAD not in ledger.job("b")

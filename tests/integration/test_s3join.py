@@ -277,13 +277,8 @@ def test_a_cancelled_jobs_early_upload_is_aborted_and_a_retry_begins_anew(
     )
     ledger.cancel_job("gone")
     # WHEN the reconciler passes before the kept hour is over, then twice after it
-    rec = Reconciler(
-        ledger,
-        FakeDispatch(),
-        max_lost_leases=6,
-        store=store,
-        early_upload_keep_s=3600,  # type: ignore[arg-type]
-    )
+    dispatch: Any = FakeDispatch()
+    rec = Reconciler(ledger, dispatch, max_lost_leases=6, store=store, early_upload_keep_s=3600)
     passes = [Pass(), Pass(), Pass()]
     rec.abort_early_uploads(passes[0])
     assert len(store.multipart_uploads()) == 2 and ledger.job("gone")[EARLY_UPLOAD] == upload

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
 from click.testing import CliRunner
 
+from farm.cli import cli
 from workers.__main__ import main
 
 
@@ -24,3 +29,25 @@ def test_every_option_reaches_the_function() -> None:
     ctx = main.make_context("python -m workers", ["--queues", "render,stitch", "--threads", "2"])
     assert set(ctx.params) == set(inspect.signature(main.callback).parameters)
     assert ctx.params["queue_spec"] == "render,stitch"
+
+
+def test_farm_worker_execs_the_worker_with_its_options_and_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"redis_url": "redis://127.0.0.1:1/0"}')
+    execs: list[tuple[str, list[str], dict[str, str]]] = []
+
+    def execve(path: str, argv: list[str], env: dict[str, str]) -> Any:
+        execs.append((path, argv, env))
+
+    monkeypatch.setattr("os.execve", execve)
+    args = ["--config", str(config), "worker", "--queues", "render", "--threads", "2"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    [(_, argv, env)] = execs
+    assert argv[1:3] == ["-m", "workers"] and env["FARM_CONFIG"] == str(config)
+    # What it passes is what `python -m workers` takes: the same options, the same values.
+    ctx = main.make_context("python -m workers", argv[3:])
+    assert ctx.params["queue_spec"] == "render" and ctx.params["threads"] == 2
+    assert ctx.params["cpus"] == "" and ctx.params["name"].startswith("farm@")

@@ -59,7 +59,9 @@ resource "aws_s3_bucket_lifecycle_configuration" "farm" {
     status = "Enabled"
     filter {}
     # A job's early upload (workers/s3join.py: segments copied into the output as they are
-    # made) stays open while the job renders: a week covers long jobs and a cancelled job's retry.
+    # made) stays open while the job renders: a week covers long jobs. The reconciler aborts
+    # those of failed and cancelled jobs (FARM_EARLY_UPLOAD_KEEP_H after they ended); this rule
+    # is the backstop.
     abort_incomplete_multipart_upload {
       days_after_initiation = 7
     }
