@@ -71,12 +71,13 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
     """Show a job's state, its chunks, its cost and its output."""
     from farm.watch import summarize
 
-    ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
+    settings = command_settings(ctx).require_farm()
+    ledger = Ledger.from_url(settings.redis_url)
     job = ledger.job(job_id)
     if not job:
         raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
     if wait:
-        wait_for_job(command_settings(ctx), job_id, quiet=as_json)
+        wait_for_job(settings, job_id, quiet=as_json)
     summary = summarize(ledger, job_id)
     summary["settings"] = provenance(JobSpec.from_json(summary["spec"])) if summary["spec"] else {}
     if as_json:

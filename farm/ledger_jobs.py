@@ -155,10 +155,10 @@ class JobRecords(Outbox):
         """Forget the job's early upload, aborted in the store, and its chunks' parts in it: only
         while the job has failed or was cancelled and still names that upload (a retry begins
         anew). True when forgotten."""
-        # Read outside the script: a failed or cancelled job is never split, so it holds still.
-        total = int(self.job(job_id).get("chunks_total") or 0)
-        chunk_keys = [keys.r_chunk(job_id, i) for i in range(total)]
         with wrapped("forget the job's early upload"):
+            # Read outside the script: a failed or cancelled job is never split, so it holds still.
+            total = int(self.r.hget(keys.r_job(job_id), "chunks_total") or 0)
+            chunk_keys = [keys.r_chunk(job_id, i) for i in range(total)]
             forgot = self.r.eval(
                 _FORGET_EARLY, 1 + total, keys.r_job(job_id), *chunk_keys, upload_id,
                 JobState.FAILED, JobState.CANCELLED, EARLY_UPLOAD, EARLY_PART,
