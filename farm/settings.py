@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     warm_blender_s: float = Field(30.0, ge=0)
     """How long a worker keeps its Blender, with a job's scene open, after a chunk for that job's
     next chunk (workers.warm); 0: a new Blender for every chunk."""
+    encode_alongside: Literal["auto", "on", "off"] = "auto"
+    """Encode a rendered chunk's segment beside the next render on this worker (workers.alongside)
+    instead of before it: `auto` where the encoder is NVENC, which leaves the GPU's render engine
+    free; a CPU encode would take the cores the render uses."""
     early_upload_keep_h: float = Field(24.0, ge=0)
     """How long a failed or cancelled job keeps the upload its segments were copied into before
     the stitch, for a retry to finish; then the reconciler aborts it (its parts are billed)."""

@@ -30,7 +30,7 @@ from farm.ledger import Ledger
 from farm.pipeline import Queue
 from farm.settings import Settings, load_settings
 from farm.store import Store
-from workers import gpu, splitter
+from workers import alongside, gpu, splitter
 from workers.box import check_host
 from workers.context import WorkerContext
 from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
@@ -69,6 +69,13 @@ def build_context(
         warm=(
             WarmPool(settings.warm_blender_s)
             if str(Queue.RENDER) in queues and settings.warm_blender_s > 0
+            else None
+        ),
+        # Both phases here: the render hands its encode to the lane (NVENC beside the render).
+        alongside=(
+            alongside.Alongside()
+            if {str(Queue.RENDER), str(Queue.ENCODE)} <= set(queues)
+            and alongside.wanted(settings, caps)
             else None
         ),
     )
@@ -174,8 +181,17 @@ def main(
         ctx.wakeups.start()
     _start_heartbeat(ctx, queues)
     splitter.start(ctx)  # no idle tail: split a running chunk when there is nothing to take
-    log.info("worker %s serving %s (Cycles: %s, NVENC: %s)", name, ",".join(queues),
-             caps.cycles_device, caps.nvenc)  # fmt: skip
+    log.info("worker %s serving %s (Cycles: %s, NVENC: %s, encodes %s)", name, ",".join(queues),
+             caps.cycles_device, caps.nvenc,
+             "beside renders" if ctx.alongside else "after renders")  # fmt: skip
+    try:
+        _serve(app, queues, concurrency, name, loglevel)
+    finally:
+        if ctx.alongside is not None:
+            ctx.alongside.close()  # the encode in hand ends, or hands back on the drain
+
+
+def _serve(app: Celery, queues: list[str], concurrency: int, name: str, loglevel: str) -> None:
     app.worker_main(
         [
             "worker",

@@ -13,7 +13,7 @@ import logging
 import shutil
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -230,12 +230,14 @@ def run_attempt(
     *,
     send_next: bool = True,
     block_after: int = 0,
+    claim_fields: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Claim the chunk for `phase`, run `work` under the lease, write its manifest last, record
     the chunk done for this phase and hand it on (`send_next` false: the caller runs the next
     phase itself). Raises what the work raised (tasks.py turns it into the ledger move the
     failure policy asks for). `block_after` > 0: a worker that failed the job that many times
     claims nothing and gets {"blocked": failures} (the caller decides; see Ledger.claim).
+    `claim_fields`: recorded by the claim over the worker's meter (workers.alongside's price).
 
     Ledger round trips of a clean attempt: the claim (which also brings back the job, the chunk's
     frames and their records), the lease renewals, and the done move (with the completion gate
@@ -249,6 +251,7 @@ def run_attempt(
         worker=ctx.name,
         block_after=block_after,
         phase=str(phase.phase),
+        **(claim_fields or {}),
     )
     claim = claimed.move
     if claim.status == "blocked":

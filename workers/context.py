@@ -13,6 +13,7 @@ from farm.dispatch import Dispatcher
 from farm.ledger import Ledger
 from farm.settings import Settings
 from farm.store import Store
+from workers.alongside import Alongside
 from workers.gpu import Capabilities
 from workers.wake import Wakeups
 from workers.warm import WarmPool
@@ -60,6 +61,8 @@ class WorkerContext:
     """This worker's wake-up subscription (its chunks split by others), when it has one."""
     warm: WarmPool | None = None
     """Blenders kept with a job's scene open for its next chunk here (settings.warm_blender_s)."""
+    alongside: Alongside | None = None
+    """Where a rendered chunk's encode runs beside the next render (settings.encode_alongside)."""
 
     @property
     def stopping(self) -> threading.Event:

@@ -12,6 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from celery import Celery
@@ -28,7 +29,7 @@ from farm.errors import (
 from farm.pipeline import PHASES, STITCH, Phase, PhaseSpec, first_phase, kind_of
 from farm.spec import JobKind, JobSpec
 from farm.state import ChunkState, JobState
-from workers import attempt
+from workers import alongside, attempt
 from workers.attempt import Work
 from workers.context import WorkerContext
 from workers.render import render_frames
@@ -82,23 +83,45 @@ def run_chunk_phase(
     chunk: int,
     phase: PhaseSpec,
     works: Mapping[Phase, Work] | None = None,
+    *,
+    claim_fields: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
     """Run one attempt of a chunk's phase and apply the failure policy to its outcome. When the
     chunk's next phase is on a queue this worker serves (a host that renders and can encode), it
-    runs here at once: one hop through the broker per chunk, and the frames are still on disk.
-    `works`: each phase's work (PHASE_WORK unless a test gives its own)."""
+    runs here at once: one hop through the broker per chunk, and the frames are still on disk;
+    after a render on a worker with an encode lane, in that lane, beside the next render.
+    `works`: each phase's work (PHASE_WORK unless a test gives its own); `claim_fields`: what
+    the claims record beside the worker's meter (the lane's price)."""
     works = PHASE_WORK if works is None else works
     while True:
         nxt = PHASES[phase.next] if phase.next is not None else None
         inline = nxt is not None and str(nxt.queue) in ctx.queues and nxt.phase in works
-        result = _run_phase(ctx, job_id, chunk, phase, works[phase.phase], send_next=not inline)
+        result = _run_phase(
+            ctx, job_id, chunk, phase, works[phase.phase], send_next=not inline,
+            claim_fields=claim_fields,
+        )  # fmt: skip
         if nxt is None or not inline or not result.get("done"):
             return result
+        if ctx.alongside is not None and phase.phase is Phase.RENDER:
+            # The encode runs beside this worker's next render (workers.alongside).
+            encode = partial(
+                run_chunk_phase, ctx, job_id, chunk, nxt, works,
+                claim_fields=alongside.CLAIM_FIELDS,
+            )  # fmt: skip
+            ctx.alongside.hand(f"chunk {job_id}/{chunk} {nxt.phase}", encode)
+            return {**result, "next": f"{nxt.phase} alongside"}
         phase = nxt
 
 
 def _run_phase(
-    ctx: WorkerContext, job_id: str, chunk: int, phase: PhaseSpec, work: Work, *, send_next: bool
+    ctx: WorkerContext,
+    job_id: str,
+    chunk: int,
+    phase: PhaseSpec,
+    work: Work,
+    *,
+    send_next: bool,
+    claim_fields: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
 
     def resend(countdown_s: float = 0) -> None:
@@ -111,14 +134,17 @@ def _run_phase(
     attempt.release()
     try:
         result = attempt.run_attempt(
-            ctx, job_id, chunk, phase, work, send_next=send_next, block_after=BLOCK_AFTER
-        )
+            ctx, job_id, chunk, phase, work, send_next=send_next, block_after=BLOCK_AFTER,
+            claim_fields=claim_fields,
+        )  # fmt: skip
         if "blocked" not in result:
             return result
         if kept_off(ctx, job_id, phase.queue):
             resend(2.0)
             return {"job_id": job_id, "chunk": chunk, "handed_back": "blocklisted on this job"}
-        return attempt.run_attempt(ctx, job_id, chunk, phase, work, send_next=send_next)
+        return attempt.run_attempt(
+            ctx, job_id, chunk, phase, work, send_next=send_next, claim_fields=claim_fields
+        )
     except LeaseLost as exc:
         log.warning("%s", exc)
         _release_if_job_failed(ctx, job_id, chunk, phase)
