@@ -23,6 +23,9 @@ from workers.tasks import backoff_s
 
 __all__ = ["Fleet", "Outcome", "Workload", "estimate", "simulate"]
 
+ORPHAN_S = 60.0
+"""Work with no message and no claim is sent again after this (farm.reconcile orphan_after_s)."""
+
 
 @dataclass(slots=True)
 class _Task:
@@ -48,6 +51,9 @@ class _Instance:
     """When its boot ends (whether or not it lives that long)."""
     warm: bool = False
     """Its Blender has the job's scene open (a clean render ended on it)."""
+    lane: _Task | None = None
+    """The encode running beside its renders (Fleet.encode_alongside)."""
+    lane_until: float = 0.0
 
 
 class Sim(Splitting):
@@ -176,14 +182,19 @@ class Sim(Splitting):
         inst.alive, inst.ended = False, self.now
         self.reclaims += 1
         self.book.busy(who, self.now, self.planning)
-        task = inst.task
-        if task is not None:
-            self._account(task)
+        for task in (inst.task, inst.lane):
+            if task is None:
+                continue
+            if task.kind == "wait":  # its render was recorded; the encode was never claimed
+                self._at(self.now + ORPHAN_S, "requeue", task.chunk, "encode")
+                continue
+            if task is inst.task:
+                self._account(task)
             self._cut_short(task)
             # Without a spot notice nobody hands it back: the lease expires (renewed every lease/3)
             # and a reconcile pass takes it back, spending one of the chunk's lost-lease budget
             # (the ledger's 'expire' mode), not one of its failures.
-            rng = random.Random(f"{self.seed}:detect:{self.reclaims}")
+            rng = random.Random(f"{self.seed}:detect:{self.reclaims}:{task.kind}")
             detect = rng.uniform(self.f.lease_s * 2 / 3, self.f.lease_s)
             detect += rng.uniform(0, self.f.reconcile_s)
             self.hits[task.chunk] = self.hits.get(task.chunk, 0) + 1
@@ -203,7 +214,7 @@ class Sim(Splitting):
             self.lost_s += max(self.now - max(kept[-1] if kept else begun, begun), 0.0)
             self.startup_s += min(max(self.now - task.started, 0.0), task.startup_s)
         else:
-            self.lost_s += self.now - task.started
+            self.lost_s += max(self.now - task.started, 0.0)
 
     def _spend_failure(self, chunk: int, why: str) -> bool:
         self.failures[chunk] = self.failures.get(chunk, 0) + 1
@@ -225,11 +236,10 @@ class Sim(Splitting):
         self._account(task)
         if task.kind == "render":
             inst.warm = self.f.warm_blender and task.crash_at == math.inf
-            self._render_done(task)
+            if self._render_done(who, task):
+                return  # waits for the encode beside it to end (_on_lane_free)
         elif task.kind == "encode":
-            self.done += 1
-            if not self.planning and self.done == len(self.chunks):
-                self._start(who, _Task(kind="stitch", chunk=-1, started=self.now), self.w.stitch_s)
+            if self._encoded(who):
                 return
         else:
             self.finished = self.now
@@ -237,13 +247,52 @@ class Sim(Splitting):
         self._assign(who)
         self._wake()
 
-    def _render_done(self, task: _Task) -> None:
+    def _encoded(self, who: int) -> bool:
+        """A chunk's encode ended on `who`; true when it was the last and `who` stitches."""
+        self.done += 1
+        if self.planning or self.done < len(self.chunks):
+            return False
+        # Every chunk is rendered, so `who` renders nothing now (its lane may have held the last).
+        assert self.inst[who].task is None
+        if who in self.idle:
+            self.idle.remove(who)
+        self._start(who, _Task(kind="stitch", chunk=-1, started=self.now), self.w.stitch_s)
+        return True
+
+    def _on_lane_done(self, who: int, task: object) -> None:
+        inst = self.inst[who]
+        if inst.alive and inst.lane is task:
+            inst.lane = None
+            self._encoded(who)
+
+    def _on_lane_free(self, who: int, _: object) -> None:
+        """A render that ended while the lane was busy hands its encode now and goes on."""
+        inst = self.inst[who]
+        pending = inst.task
+        if not inst.alive or pending is None or pending.kind != "wait":
+            return
+        inst.task = None
+        self._to_lane(who, pending.chunk)
+        self._assign(who)
+        self._wake()
+
+    def _to_lane(self, who: int, chunk: int) -> None:
+        inst = self.inst[who]
+        n = len(self.chunks[chunk].frames)
+        start = self.now + self.w.task_latency_s
+        end = start + self.w.encode_startup_s + n * self.w.encode_frame_s
+        inst.lane = _Task(kind="encode", chunk=chunk, started=start)
+        inst.lane_until = end
+        self._at(end, "lane_done", who, inst.lane)
+
+    def _render_done(self, who: int, task: _Task) -> bool:
+        """Book a render that ended and hand its encode on; true when `who` waits for its lane."""
         if task.crash_at < math.inf:
             self._cut_short(task)
             failures = self.failures.get(task.chunk, 0) + 1
             if self._spend_failure(task.chunk, "Blender crashed"):
                 self._at(self.now + backoff_s(failures), "requeue", task.chunk, "render")
-            return
+            return False
         self.saved.update(f for f, _ in task.saves)
         self.book.last_render = self.now
         if task.saves:  # the chunk's frame_s, as the worker records it (farm.split reads them)
@@ -254,7 +303,18 @@ class Sim(Splitting):
         self.startup_s += task.startup_s
         if self.planning and task.chunk < len(self.probe) and task.saves:
             self._plan(task)
-        self._at(self.now + self.w.task_latency_s, "requeue", task.chunk, "encode")
+        inst = self.inst[who]
+        if not self.f.encode_alongside:
+            self._at(self.now + self.w.task_latency_s, "requeue", task.chunk, "encode")
+            return False
+        if inst.lane is None:
+            self._to_lane(who, task.chunk)
+            return False
+        # One encode at a time: the render task waits for the one before to end.
+        inst.task = _Task(kind="wait", chunk=task.chunk, started=self.now)
+        self.book.busy(who, self.now, self.planning)
+        self._at(inst.lane_until, "lane_free", who)
+        return True
 
     def _plan(self, task: _Task) -> None:
         begun = task.started + self.w.task_latency_s

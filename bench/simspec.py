@@ -41,6 +41,10 @@ class Fleet:
     warm_blender: bool = True
     """Workers keep Blender with the job's scene open between its chunks (workers.warm): only an
     instance's first chunk of the job, or its first after a crash, pays the start-up S."""
+    encode_alongside: bool = True
+    """Workers encode a rendered chunk's segment beside their next render (workers.alongside; on
+    where the encoder is NVENC, as on the A10G), one at a time: a render that ends while the
+    last encode runs waits for it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,9 +3,10 @@ farm's retry policy and chunk sizing."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from bench.sim import Fleet, Workload, simulate
+from bench.sim import Fleet, Sim, Workload, simulate
 from bench.timeline import breakdown
 from farm.chunking import AUTO
 from farm.settings import Settings
@@ -33,6 +34,33 @@ def test_a_scene_that_always_crashes_spends_max_attempts_with_backoff() -> None:
 def test_auto_probes_then_sizes_the_rest() -> None:
     o = simulate(WORK, Fleet(gpus=20), AUTO)
     assert o.policy == "auto" and o.chunk_size > 2 and o.chunks > 20
+
+
+def test_encodes_beside_renders_take_no_render_time_and_end_the_job_sooner() -> None:
+    work = replace(WORK, encode_startup_s=1.0, encode_frame_s=0.2)
+    beside = simulate(work, Fleet(gpus=20), 10)
+    after = simulate(work, Fleet(gpus=20, encode_alongside=False), 10)
+    assert beside.breakdown.encode_s == 0 < after.breakdown.encode_s
+    assert beside.makespan_s < after.makespan_s and not beside.failed
+
+
+def test_an_encode_beside_a_render_lost_to_a_reclaim_is_done_again() -> None:
+    work = replace(WORK, encode_startup_s=5.0, encode_frame_s=1.0)  # long encodes: often hit
+    fleet = Fleet(gpus=20, interruption_per_h=20.0, max_lost_leases=50)
+    hit: list[int] = []
+
+    class Watched(Sim):
+        def _on_reclaim(self, who: int, n: object) -> None:
+            lane = self.inst[who].lane
+            if self.inst[who].alive and lane is not None and lane.started <= self.now:
+                hit.append(lane.chunk)
+            super()._on_reclaim(who, n)
+
+    for seed in range(1, 4):
+        o = Watched(work, fleet, 10, seed).run()
+        # It finishes only once every chunk's segment is encoded (then the stitch runs).
+        assert not o.failed and o.makespan_s < math.inf
+    assert hit  # encodes beside renders were cut short, and done again
 
 
 def test_timeline_adds_up_a_chunk() -> None:

@@ -125,7 +125,9 @@ def _predict(m: Measurement, encode_s: float, stitch_s: float, workers: int) -> 
         frames=FRAMES, startup_s=m.startup_s, frame_s=m.frame_s, frame_cv=0.1,
         encode_startup_s=encode_s, encode_frame_s=0.0, stitch_s=stitch_s, task_latency_s=0.05,
     )  # fmt: skip
-    return simulate(work, Fleet(gpus=workers, boot_s=0.0), CHUNK).makespan_s
+    # The local farm's workers encode after each render: no NVENC here (workers.alongside, auto).
+    fleet = Fleet(gpus=workers, boot_s=0.0, encode_alongside=False)
+    return simulate(work, fleet, CHUNK).makespan_s
 
 
 def test_simulated_makespan_matches_the_local_farm(bench_farm: LocalFarm, tmp_path: Path) -> None:
