@@ -185,16 +185,19 @@ class Sim(Splitting):
         for task in (inst.task, inst.lane):
             if task is None:
                 continue
-            if task.kind == "wait":  # its render was recorded; the encode was never claimed
+            if task.kind == "wait" or task.started > self.now:
+                # Its render was recorded and its encode not yet claimed: no lease to expire,
+                # the reconciler sends the orphan again.
                 self._at(self.now + ORPHAN_S, "requeue", task.chunk, "encode")
                 continue
             if task is inst.task:
                 self._account(task)
-            self._cut_short(task)
+                self._cut_short(task)  # (an encode beside it takes no render time to lose)
             # Without a spot notice nobody hands it back: the lease expires (renewed every lease/3)
             # and a reconcile pass takes it back, spending one of the chunk's lost-lease budget
             # (the ledger's 'expire' mode), not one of its failures.
-            rng = random.Random(f"{self.seed}:detect:{self.reclaims}:{task.kind}")
+            lane = "" if task is inst.task else ":lane"
+            rng = random.Random(f"{self.seed}:detect:{self.reclaims}{lane}")
             detect = rng.uniform(self.f.lease_s * 2 / 3, self.f.lease_s)
             detect += rng.uniform(0, self.f.reconcile_s)
             self.hits[task.chunk] = self.hits.get(task.chunk, 0) + 1
@@ -214,7 +217,7 @@ class Sim(Splitting):
             self.lost_s += max(self.now - max(kept[-1] if kept else begun, begun), 0.0)
             self.startup_s += min(max(self.now - task.started, 0.0), task.startup_s)
         else:
-            self.lost_s += max(self.now - task.started, 0.0)
+            self.lost_s += self.now - task.started
 
     def _spend_failure(self, chunk: int, why: str) -> bool:
         self.failures[chunk] = self.failures.get(chunk, 0) + 1

@@ -45,9 +45,11 @@ class Alongside:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alongside")
         self._lock = threading.Lock()
         self._last: Future[None] | None = None
+        self._closed = False
 
-    def hand(self, what: str, run: Callable[[], object]) -> None:
-        """Run `run` in the lane once the encode before it has ended (waits for that one)."""
+    def hand(self, what: str, run: Callable[[], object]) -> bool:
+        """Run `run` in the lane once the encode before it has ended (waits for that one); false
+        once the lane is closed (the caller runs it itself)."""
 
         def guarded() -> None:
             try:
@@ -56,9 +58,12 @@ class Alongside:
                 log.exception("%s raised alongside", what)
 
         with self._lock:
+            if self._closed:
+                return False
             if self._last is not None:
                 self._last.result()
             self._last = self._pool.submit(guarded)
+            return True
 
     def wait(self) -> None:
         """Until the lane is empty."""
@@ -69,4 +74,6 @@ class Alongside:
 
     def close(self) -> None:
         """Let the encode in hand end (it obeys the worker's drain as any chunk does)."""
+        with self._lock:
+            self._closed = True
         self._pool.shutdown(wait=True)

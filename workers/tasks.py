@@ -102,14 +102,17 @@ def run_chunk_phase(
         )  # fmt: skip
         if nxt is None or not inline or not result.get("done"):
             return result
-        if ctx.alongside is not None and phase.phase is Phase.RENDER:
-            # The encode runs beside this worker's next render (workers.alongside).
+        # The encode runs beside this worker's next render (workers.alongside); a draining
+        # worker goes on here, where the next phase is sent back for another worker.
+        draining = ctx.drain.active.is_set()
+        lane = ctx.alongside if phase.phase is Phase.RENDER and not draining else None
+        if lane is not None:
             encode = partial(
                 run_chunk_phase, ctx, job_id, chunk, nxt, works,
                 claim_fields=alongside.CLAIM_FIELDS,
             )  # fmt: skip
-            ctx.alongside.hand(f"chunk {job_id}/{chunk} {nxt.phase}", encode)
-            return {**result, "next": f"{nxt.phase} alongside"}
+            if lane.hand(f"chunk {job_id}/{chunk} {nxt.phase}", encode):
+                return {**result, "next": f"{nxt.phase} alongside"}
         phase = nxt
 
 

@@ -67,3 +67,11 @@ def test_an_encode_that_raises_is_logged_and_the_lane_goes_on(
     lane.hand("next", lambda: ran.append(time.monotonic()))
     lane.close()
     assert len(ran) == 1
+
+
+def test_a_closed_lane_refuses_so_the_render_task_runs_the_encode_itself() -> None:
+    lane = Alongside()
+    lane.close()
+    ran: list[str] = []
+    assert lane.hand("late", lambda: ran.append("ran")) is False
+    assert ran == []
