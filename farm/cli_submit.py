@@ -201,18 +201,23 @@ def _render_spec(
 ) -> tuple[JobSpec, Traced]:
     """The scene's own settings, `scene_flags` (those given) over them, and every file it uses; SpecError (exit 2)
     for a damaged file or missing files, before anything is queued."""
+    from blender_asset_tracer.blendfile import close_all_cached
+
     from farm.assets import require_complete, trace_scene
     from farm.blendfile import read_scene
     from farm.spec import scene_resolution
 
     check_scene_path(path)
-    scene = read_scene(path)
-    spec = build_render_spec(
-        source_name=path.name, chunk_size=chunk_size, codec=codec, scene=scene, **scene_flags
-    )
-    if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
-        click.echo(f"note: {note}", err=True)
-    traced = trace_scene(path)
+    try:
+        scene = read_scene(path, cached=True)  # parsed once: the trace reads the same file
+        spec = build_render_spec(
+            source_name=path.name, chunk_size=chunk_size, codec=codec, scene=scene, **scene_flags
+        )
+        if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
+            click.echo(f"note: {note}", err=True)
+        traced = trace_scene(path)
+    finally:
+        close_all_cached()
     require_complete(traced.manifest, allow_missing=allow_missing)
     for missing in traced.manifest.missing:
         click.echo(f"warning: missing, rendering without it: {missing}", err=True)
