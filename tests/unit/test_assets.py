@@ -272,3 +272,33 @@ def test_worker_refuses_a_hostile_manifest_and_writes_nothing_outside(tmp_path: 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_submit_parses_the_scene_once_and_traces_it_as_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`farm submit` reads the scene's settings and traces its files from one parse of the
+    .blend (farm.cli_submit._render_spec), and leaves no file open."""
+    import inspect
+
+    from blender_asset_tracer import blendfile as bat
+
+    from farm.cli_submit import _render_spec
+    from farm.spec import build_render_spec
+
+    scene = (SCENES / "textured.blend").resolve()  # a camera, a texture and a library
+    alone = trace_scene(scene).manifest.to_json()
+    opened: list[Path] = []
+    real = bat.BlendFile.__init__
+
+    def counting(self: bat.BlendFile, path: Path, *args: Any, **kwargs: Any) -> None:
+        opened.append(Path(path).resolve())
+        real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(bat.BlendFile, "__init__", counting)
+    given = ("source_name", "chunk_size", "codec", "scene")
+    flags = {p: None for p in inspect.signature(build_render_spec).parameters if p not in given}
+    spec, traced = _render_spec(scene, flags, chunk_size="auto", codec="h264", allow_missing=True)
+    assert opened.count(scene) == 1  # the linked libraries open once each, as before
+    assert traced.manifest.to_json() == alone and spec.scene is not None
+    assert not bat._cached_bfiles
