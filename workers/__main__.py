@@ -185,27 +185,23 @@ def main(
              caps.cycles_device, caps.nvenc,
              "beside renders" if ctx.alongside else "after renders")  # fmt: skip
     try:
-        _serve(app, queues, concurrency, name, loglevel)
+        app.worker_main(
+            [
+                "worker",
+                "--queues", ",".join(queues),
+                "--pool", "threads",
+                "--concurrency", str(concurrency),
+                "--hostname", name,
+                "--loglevel", loglevel,
+                "--task-events",
+                "--without-gossip",
+                "--without-mingle",
+                "--prefetch-multiplier", "1",
+            ]
+        )  # fmt: skip
     finally:
         if ctx.alongside is not None:
             ctx.alongside.close()  # the encode in hand ends, or hands back on the drain
-
-
-def _serve(app: Celery, queues: list[str], concurrency: int, name: str, loglevel: str) -> None:
-    app.worker_main(
-        [
-            "worker",
-            "--queues", ",".join(queues),
-            "--pool", "threads",
-            "--concurrency", str(concurrency),
-            "--hostname", name,
-            "--loglevel", loglevel,
-            "--task-events",
-            "--without-gossip",
-            "--without-mingle",
-            "--prefetch-multiplier", "1",
-        ]
-    )  # fmt: skip
 
 
 def _start_heartbeat(ctx: WorkerContext, queues: list[str]) -> None:

@@ -65,13 +65,6 @@ class Alongside:
             self._last = self._pool.submit(guarded)
             return True
 
-    def wait(self) -> None:
-        """Until the lane is empty."""
-        with self._lock:
-            last = self._last
-        if last is not None:
-            last.result()
-
     def close(self) -> None:
         """Let the encode in hand end (it obeys the worker's drain as any chunk does)."""
         with self._lock:

@@ -46,8 +46,7 @@ def test_one_encode_at_a_time_and_a_hand_waits_for_the_one_before() -> None:
     assert not handed.wait(0.3)  # the render that hands the second waits for the first
     release.set()
     assert handed.wait(5)
-    lane.wait()
-    lane.close()
+    lane.close()  # the second ends
     assert events == ["first begins", "first ends", "second runs"]
 
 
@@ -59,12 +58,11 @@ def test_an_encode_that_raises_is_logged_and_the_lane_goes_on(
     def broken() -> None:
         raise RuntimeError("a bug")
 
+    ran: list[float] = []
     with caplog.at_level(logging.ERROR, logger="workers.alongside"):
         lane.hand("chunk j/3 encode", broken)
-        lane.wait()
+        lane.hand("next", lambda: ran.append(time.monotonic()))  # waits for the broken one
     assert "chunk j/3 encode raised alongside" in caplog.text
-    ran: list[float] = []
-    lane.hand("next", lambda: ran.append(time.monotonic()))
     lane.close()
     assert len(ran) == 1
 
