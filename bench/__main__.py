@@ -1,5 +1,6 @@
 """`python -m bench [overhead|dispatch|stitch|store|ledger|simulate ...] [--quick]`: run the benchmarks,
 each beside its baseline, write one JSON file under bench/results/ and print the table.
+`--rounds N --frames 48,96`: the overhead bench N times over, medians printed.
 """
 
 from __future__ import annotations
@@ -19,8 +20,17 @@ ALL = ("overhead", "dispatch", "stitch", "store", "ledger", "simulate")
 NEEDS_FARM = {"overhead", "dispatch", "store"}
 
 
-def run(names: list[str], quick: bool, out_dir: Path, work: Path | None = None) -> dict[str, Any]:
-    """Run the named benchmarks; returns what was written to the results file."""
+def run(
+    names: list[str],
+    quick: bool,
+    out_dir: Path,
+    work: Path | None = None,
+    *,
+    rounds: int = 1,
+    frame_counts: list[int] | None = None,
+) -> dict[str, Any]:
+    """Run the named benchmarks; returns what was written to the results file. `rounds` and
+    `frame_counts`: the overhead bench's (bench.overhead.run)."""
     from bench import dispatch, ledger, overhead, simulate, stitch, store
 
     results: dict[str, Any] = {"machine": common.machine(), "quick": quick, "started": time.time()}
@@ -30,7 +40,9 @@ def run(names: list[str], quick: bool, out_dir: Path, work: Path | None = None) 
         if NEEDS_FARM & set(names):
             farm = common.start_farm(workers=os.cpu_count() or 1, threads=1, base=work)
         runners: dict[str, Callable[[], tuple[dict[str, Any], list[Row]]]] = {
-            "overhead": lambda: overhead.run(_need(farm), quick),
+            "overhead": lambda: overhead.run(
+                _need(farm), quick, rounds=rounds, frame_counts=frame_counts
+            ),
             "dispatch": lambda: dispatch.run(_need(farm), quick),
             "stitch": lambda: stitch.run(quick),
             "store": lambda: store.run(_need(farm), quick),
@@ -82,12 +94,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("names", nargs="*", help=f"any of {', '.join(ALL)}; default: all")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds, not minutes)")
     parser.add_argument("--out", type=Path, default=common.ROOT / "bench" / "results")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="overhead: repeat each frame count's (direct, farm) this many times; medians",
+    )
+    parser.add_argument(
+        "--frames",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=None,
+        help="overhead: these frame counts only, e.g. 48,96 (default 48,96,192)",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.names) - set(ALL))
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(ALL)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    results = run(list(args.names) or list(ALL), args.quick, args.out)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    results = run(
+        list(args.names) or list(ALL),
+        args.quick,
+        args.out,
+        rounds=args.rounds,
+        frame_counts=args.frames,
+    )
     m = results["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['blender']}")
     loads = [results[n]["load_avg_1m_after"] for n in ALL if n in results]

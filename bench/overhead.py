@@ -98,48 +98,93 @@ def sandwich(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rows(
-    farm: LocalFarm, frames: int, chunk_size: str, a: dict[str, Any], b: dict[str, Any], look: str
+    farm: LocalFarm, frames: int, chunk_size: str, rounds: list[dict[str, Any]], look: str
 ) -> list[Row]:
-    first, second = (r["total_s"] for r in a["runs"])
+    """A row for the first frame and one for the whole job; over several rounds each figure is
+    the median of the rounds' and the note gives every round's ratio ("probe": that job measured
+    the scene itself; later auto jobs of the same scene are sized from its measurement)."""
+    ratios = [r["farm"]["total_s"] / r["direct"]["total_s"] for r in rounds]
+    firsts = [(r["farm"]["first_frame_s"] or 0.0) / r["direct"]["first_frame_s"] for r in rounds]
+    a, b = rounds[0]["direct"], rounds[0]["farm"]
+    if len(rounds) == 1:
+        first, second = (r["total_s"] for r in a["runs"])
+        baseline = (
+            f"{a['total_s']:.1f} s (blender {a['blender_s']:.1f} + ffmpeg {a['encode_s']:.1f}; "
+            f"mean of the direct runs before and after, {first:.1f} and {second:.1f} s)"
+        )
+        spread = ""
+    else:
+        baseline = (
+            f"{_median(r['direct']['total_s'] for r in rounds):.1f} s (median; each round's is "
+            "the mean of the direct runs either side of its farm run)"
+        )
+        spread = f", median of {len(rounds)} rounds: " + ", ".join(
+            f"{x:.2f}{' (probe)' if _probed(r['farm']) else ''}"
+            for x, r in zip(ratios, rounds, strict=True)
+        )
+    thumb = _median(r["farm"]["first_thumbnail_s"] or 0.0 for r in rounds)
     return [
         Row(
             bench="overhead",
             case=f"first frame, {frames} frames, chunk {chunk_size}: submit to the first frame"
-            f" in the store (thumbnail {b['first_thumbnail_s']} s)",
-            farm=f"{b['first_frame_s']} s",
-            baseline=f"{a['first_frame_s']:.1f} s (direct: launch to the first frame written)",
-            ratio=(b["first_frame_s"] or 0.0) / a["first_frame_s"],
-            note="b/a",
+            f" in the store (thumbnail {thumb} s)",
+            farm=f"{_median(r['farm']['first_frame_s'] or 0.0 for r in rounds)} s",
+            baseline=f"{_median(r['direct']['first_frame_s'] for r in rounds):.1f} s (direct: "
+            "launch to the first frame written)",
+            ratio=statistics.median(firsts),
+            note="b/a" + ("" if len(rounds) == 1 else f", median of {len(rounds)} rounds"),
         ),
         Row(
             bench="overhead",
             case=f"{frames} frames {look}, chunk {chunk_size} -> {b['chunk_size_chosen']}"
             f" ({b['chunks']} chunks)",
-            farm=f"{b['total_s']:.1f} s ({farm.workers} x 1-thread workers)",
-            baseline=f"{a['total_s']:.1f} s (blender {a['blender_s']:.1f} + ffmpeg "
-            f"{a['encode_s']:.1f}; mean of the direct runs before and after, {first:.1f} and "
-            f"{second:.1f} s)",
-            ratio=b["total_s"] / a["total_s"],
-            note=f"b/a; per chunk: {b['per_chunk_line']}",
+            farm=f"{_median(r['farm']['total_s'] for r in rounds):.1f} s ({farm.workers} x "
+            "1-thread workers)",
+            baseline=baseline,
+            ratio=statistics.median(ratios),
+            note=f"b/a{spread}; per chunk: {b['per_chunk_line']}",
         ),
     ]
 
 
-def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
+def _probed(farm_run: dict[str, Any]) -> bool:
+    """Whether the job sized itself from its own probe wave (not from a remembered one)."""
+    return f"of {farm_run['job']})" in farm_run["chunk_plan"]
+
+
+def _median(values: Any) -> float:
+    return round(float(statistics.median(list(values))), 2)
+
+
+def run(
+    farm: LocalFarm, quick: bool, *, rounds: int = 1, frame_counts: list[int] | None = None
+) -> tuple[dict[str, Any], list[Row]]:
+    """Each frame count's farm runs between direct runs; `rounds` > 1 repeats that (direct, farm,
+    direct, farm, ..., direct), each round's baseline the direct runs either side of it, and
+    prints the medians: a shared VM's speed swings by 5 to 20% over minutes."""
     width, height, samples = (160, 90, 1) if quick else (320, 180, 8)
     groups = {8: ["auto"]} if quick else {48: ["auto"], 96: ["auto"], 192: ["auto", "24"]}
+    if frame_counts:
+        groups = {n: groups.get(n, ["auto"]) for n in frame_counts}
     results: list[dict[str, Any]] = []
     rows = []
     for frames, sizes in groups.items():
-        before = direct(frames, width, height, samples)
-        runs = [on_farm(farm, frames, width, height, samples, size) for size in sizes]
-        a = sandwich(before, direct(frames, width, height, samples))
-        for chunk_size, b in zip(sizes, runs, strict=True):
-            results.append({"frames": frames, "direct": a, "farm": b})
-            rows += _rows(farm, frames, chunk_size, a, b, f"{width}x{height} {samples} spp")
+        directs = [direct(frames, width, height, samples)]
+        by_size: dict[str, list[dict[str, Any]]] = {size: [] for size in sizes}
+        for n in range(rounds):
+            runs = [on_farm(farm, frames, width, height, samples, size) for size in sizes]
+            directs.append(direct(frames, width, height, samples))
+            a = sandwich(directs[-2], directs[-1])
+            for chunk_size, b in zip(sizes, runs, strict=True):
+                case = {"frames": frames, "round": n + 1, "direct": a, "farm": b}
+                results.append(case)
+                by_size[chunk_size].append(case)
+        for chunk_size, cases in by_size.items():
+            rows += _rows(farm, frames, chunk_size, cases, f"{width}x{height} {samples} spp")
     extra = "\n".join(
-        f"{r['frames']} frames, chunk {r['farm']['chunk_size']}: {r['farm']['table']}"
+        f"{r['frames']} frames, chunk {r['farm']['chunk_size']}"
+        f"{'' if rounds == 1 else ', round ' + str(r['round'])}: {r['farm']['table']}"
         for r in results
     )
-    return {"resolution": f"{width}x{height}", "samples": samples, "cases": results,
-            "table": extra}, rows  # fmt: skip
+    return {"resolution": f"{width}x{height}", "samples": samples, "rounds": rounds,
+            "cases": results, "table": extra}, rows  # fmt: skip

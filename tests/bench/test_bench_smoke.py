@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench import dispatch, ledger, overhead, stitch, store
 from bench.common import ROOT, LocalFarm, Row
 
@@ -35,6 +37,21 @@ def test_overhead_smoke(bench_farm: LocalFarm) -> None:
     assert all(c["render_frames"] > 0 and c["encode"] > 0 for c in farm["per_chunk"])
     shown = bench_farm.farm("status", farm["job"]).stdout
     assert f"chunk size {farm['chunk_size_chosen']}: auto: S=" in shown
+
+
+def test_overhead_rounds_share_their_direct_runs_and_print_medians(bench_farm: LocalFarm) -> None:
+    """Two rounds: direct, farm, direct, farm, direct; each round's baseline is the direct runs
+    either side of it (the middle one serves both) and the row's ratio is the rounds' median."""
+    result, rows = overhead.run(bench_farm, quick=True, rounds=2, frame_counts=[8])
+    first, second = result["cases"]
+    assert (first["round"], second["round"]) == (1, 2)
+    assert first["direct"]["runs"][1] == second["direct"]["runs"][0]
+    ratios = sorted(c["farm"]["total_s"] / c["direct"]["total_s"] for c in (first, second))
+    whole = next(r for r in rows if "spp" in r.case)
+    assert whole.ratio == pytest.approx(sum(ratios) / 2)
+    assert "median of 2 rounds: " in whole.note
+    # The second job of the same scene and settings is sized from the first one's probe.
+    assert "(probe)" not in whole.note.split("rounds: ")[1].split(";")[0].split(", ")[1]
 
 
 def test_dispatch_smoke(bench_farm: LocalFarm) -> None:
