@@ -19,17 +19,20 @@ from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
 EVERY_S = 1.0
-"""How often an idle worker looks for a chunk to split."""
+"""How often an idle worker looks for a chunk to split (and at once when its last task ends)."""
 JOBS_LOOKED_AT = 50
 """The newest jobs scanned: a split only ever helps a job that is running now."""
 
 
 class Activity:
-    """Tasks running in this worker process (Celery's signals count them)."""
+    """Tasks running in this worker process (Celery's signals count them). `freed` is set when
+    the last one ends: the splitter looks then, not up to a second later (at the end of a job
+    every second a worker waits is a second of the tail)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running = 0
+        self.freed = threading.Event()
 
     def started(self, **_: Any) -> None:
         with self._lock:
@@ -38,6 +41,8 @@ class Activity:
     def ended(self, **_: Any) -> None:
         with self._lock:
             self._running = max(self._running - 1, 0)
+            if self._running == 0:
+                self.freed.set()
 
     @property
     def idle(self) -> bool:
@@ -88,14 +93,19 @@ def split_once(ctx: WorkerContext) -> Split | None:
 
 
 def start(ctx: WorkerContext, activity: Activity | None = None) -> Activity:
-    """Look for a split every EVERY_S while this worker renders and has no task in hand."""
+    """Look for a split when this worker's last task ends, and every EVERY_S while it serves
+    the render queue and has no task in hand."""
     activity = activity or Activity()
     task_prerun.connect(activity.started, weak=False)
     task_postrun.connect(activity.ended, weak=False)
     queue = str(PHASES[Phase.RENDER].queue)
 
     def loop() -> None:
-        while not ctx.drain.active.wait(EVERY_S):
+        while True:
+            activity.freed.wait(EVERY_S)
+            activity.freed.clear()
+            if ctx.drain.active.is_set():
+                return
             if not activity.idle or queue not in ctx.queues:
                 continue
             try:

@@ -10,16 +10,19 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from celery.signals import task_postrun, task_prerun
 
 from farm import keys, speeds
 from farm.chunking import worker_factors
 from farm.ledger import Ledger
+from farm.pipeline import PHASES, Phase
 from farm.proc import Running
 from farm.settings import Settings
 from farm.split import choose
 from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job, wait_until
 from workers import splitter
+from workers.context import Drain
 from workers.lease import LeaseKeeper
 from workers.wake import Wakeups
 
@@ -150,6 +153,30 @@ def test_an_idle_worker_splits_and_sends_the_new_chunk(ledger: Ledger) -> None:
     assert ctx.dispatch.sent == [("render", "j1", 1)]
     assert _frames(ledger, 1) == list(range(15, 25))
     assert splitter.split_once(ctx) is None  # chunk 1 waits for a worker: nothing more to split
+
+
+def test_a_worker_looks_for_a_split_as_soon_as_its_last_task_ends(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not at its next periodic look, a minute away here: at the end of a job every second a
+    freed worker waits is a second of the tail."""
+    monkeypatch.setattr(splitter, "EVERY_S", 60.0)
+    _job(ledger)
+    ledger.set_chunk_fields("j1", 0, frame_on=3, frame_s_live=2.0)
+    ctx = _ctx(ledger)
+    ctx.drain, ctx.queues = Drain(), (str(PHASES[Phase.RENDER].queue),)
+    activity = splitter.Activity()
+    activity.started()  # a task in hand: the worker is not idle yet
+    splitter.start(ctx, activity)
+    try:
+        activity.ended()
+        wait_until(lambda: ctx.dispatch.sent == [("render", "j1", 1)])
+        assert _frames(ledger, 1) == list(range(15, 25))
+    finally:
+        ctx.drain.active.set()
+        activity.freed.set()  # the loop sees the drain and ends
+        task_prerun.disconnect(activity.started)
+        task_postrun.disconnect(activity.ended)
 
 
 def test_recent_jobs_tell_each_workers_speed(ledger: Ledger) -> None:
