@@ -121,13 +121,13 @@ def submit(
     from farm.spec import JobKind
     from farm.transcode_spec import transcode_spec_from_file, vfr_note
 
+    loaded = command_settings(ctx)
     default_kind = JobKind.RENDER if path.suffix.lower() == ".blend" else JobKind.TRANSCODE
     if (JobKind.parse(kind) if kind else default_kind) is JobKind.TRANSCODE:
-        tools = command_settings(ctx)
         spec = transcode_spec_from_file(
             path,
-            ffprobe=tools.ffprobe,
-            ffmpeg=tools.ffmpeg,
+            ffprobe=loaded.ffprobe,
+            ffmpeg=loaded.ffmpeg,
             frames=frames,
             resolution=resolution,
             codec=codec,
@@ -146,7 +146,7 @@ def submit(
             path, scene_flags, chunk_size=chunk_size, codec=codec, allow_missing=allow_missing
         )
         spec = replace(spec, trusted_scripts=trusted_scripts)
-    settings = command_settings(ctx).require_farm()
+    settings = loaded.require_farm()
     if estimate:
         _print_estimate(settings, spec, path, traced, as_json)
         return
