@@ -1,5 +1,6 @@
-"""No idle tail in the simulation (bench/sim.py): idle workers look for a running render to split
-every second, as workers/splitter.py does, and split it by farm.split's own rule.
+"""No idle tail in the simulation (bench/sim.py): a freed worker looks for a running render to split
+at once and, while idle, every second after, as workers/splitter.py does, and splits it by
+farm.split's own rule.
 """
 
 from __future__ import annotations
