@@ -50,9 +50,12 @@ class Activity:
 
 
 def split_once(ctx: WorkerContext) -> Split | None:
-    """Split one chunk if there is nothing to take and a split is worth it; sends the new chunk."""
-    queue = str(PHASES[Phase.RENDER].queue)
-    if ctx.ledger.queue_length(queue) > 0:
+    """Split one chunk if there is nothing to take and a split is worth it; sends the new chunk.
+    Nothing to take: no render waits, nor anything else this worker serves (a stitch, an
+    encode), which it may take next, leaving the new chunk to wait."""
+    render = str(PHASES[Phase.RENDER].queue)
+    waiting = [render, *(q for q in ctx.queues if q != render)]  # render first: the usual one
+    if any(ctx.ledger.queue_length(queue) > 0 for queue in waiting):
         return None
     jobs = []
     for job_id in ctx.ledger.job_ids(JOBS_LOOKED_AT):

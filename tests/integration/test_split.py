@@ -15,7 +15,6 @@ from celery.signals import task_postrun, task_prerun
 from farm import keys, speeds
 from farm.chunking import worker_factors
 from farm.ledger import Ledger
-from farm.pipeline import PHASES, Phase
 from farm.proc import Running
 from farm.settings import Settings
 from farm.split import choose
@@ -140,7 +139,7 @@ class _Dispatch:
 def _ctx(ledger: Ledger) -> Any:
     return SimpleNamespace(
         ledger=ledger, dispatch=_Dispatch(), settings=Settings(lease_s=6), name="idle@test",
-        warm=None,
+        warm=None, queues=("render", "stitch"),
     )  # fmt: skip
 
 
@@ -164,7 +163,7 @@ def test_a_worker_looks_for_a_split_as_soon_as_its_last_task_ends(
     _job(ledger)
     ledger.set_chunk_fields("j1", 0, frame_on=3, frame_s_live=2.0)
     ctx = _ctx(ledger)
-    ctx.drain, ctx.queues = Drain(), (str(PHASES[Phase.RENDER].queue),)
+    ctx.drain = Drain()
     activity = splitter.Activity()
     activity.started()  # a task in hand: the worker is not idle yet
     splitter.start(ctx, activity)
@@ -177,6 +176,18 @@ def test_a_worker_looks_for_a_split_as_soon_as_its_last_task_ends(
         activity.freed.set()  # the loop sees the drain and ends
         task_prerun.disconnect(activity.started)
         task_postrun.disconnect(activity.ended)
+
+
+def test_no_split_while_another_queue_the_worker_serves_has_work(ledger: Ledger) -> None:
+    """A stitch waiting for this worker comes first: a split now would leave its new chunk
+    waiting behind it."""
+    _job(ledger)
+    ledger.set_chunk_fields("j1", 0, frame_on=3, frame_s_live=2.0)
+    ctx = _ctx(ledger)
+    ledger.r.rpush("stitch", "a stitch message")
+    assert splitter.split_once(ctx) is None and ctx.dispatch.sent == []
+    ledger.r.delete("stitch")
+    assert splitter.split_once(ctx) is not None
 
 
 def test_recent_jobs_tell_each_workers_speed(ledger: Ledger) -> None:
