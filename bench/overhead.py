@@ -11,6 +11,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,7 @@ def _rows(
     the scene itself; later auto jobs of the same scene are sized from its measurement)."""
     ratios = [r["farm"]["total_s"] / r["direct"]["total_s"] for r in rounds]
     firsts = [(r["farm"]["first_frame_s"] or 0.0) / r["direct"]["first_frame_s"] for r in rounds]
-    a, b = rounds[0]["direct"], rounds[0]["farm"]
+    a, b = rounds[0]["direct"], rounds[-1]["farm"]  # the last round's plan: no probe after one
     if len(rounds) == 1:
         first, second = (r["total_s"] for r in a["runs"])
         baseline = (
@@ -122,13 +123,14 @@ def _rows(
             f"{x:.2f}{' (probe)' if _probed(r['farm']) else ''}"
             for x, r in zip(ratios, rounds, strict=True)
         )
-    thumb = _median(r["farm"]["first_thumbnail_s"] or 0.0 for r in rounds)
+    thumb = _median_of_some(r["farm"]["first_thumbnail_s"] for r in rounds)
+    first_s = _median_of_some(r["farm"]["first_frame_s"] for r in rounds)
     return [
         Row(
             bench="overhead",
             case=f"first frame, {frames} frames, chunk {chunk_size}: submit to the first frame"
             f" in the store (thumbnail {thumb} s)",
-            farm=f"{_median(r['farm']['first_frame_s'] or 0.0 for r in rounds)} s",
+            farm=f"{first_s} s",
             baseline=f"{_median(r['direct']['first_frame_s'] for r in rounds):.1f} s (direct: "
             "launch to the first frame written)",
             ratio=statistics.median(firsts),
@@ -152,8 +154,14 @@ def _probed(farm_run: dict[str, Any]) -> bool:
     return f"of {farm_run['job']})" in farm_run["chunk_plan"]
 
 
-def _median(values: Any) -> float:
-    return round(float(statistics.median(list(values))), 2)
+def _median(values: Iterable[float]) -> float:
+    return float(statistics.median(list(values)))
+
+
+def _median_of_some(values: Iterable[float | None]) -> float | None:
+    """The median of the figures a round has, to 0.01 s; None where no round has one."""
+    found = [v for v in values if v is not None]
+    return round(_median(found), 2) if found else None
 
 
 def run(
