@@ -120,7 +120,7 @@ def _rows(
             "the mean of the direct runs either side of its farm run)"
         )
         spread = f", median of {len(rounds)} rounds: " + ", ".join(
-            f"{x:.2f}{' (probe)' if _probed(r['farm']) else ''}"
+            f"{x:.2f}{' (probe)' if r['farm']['probed'] else ''}"
             for x, r in zip(ratios, rounds, strict=True)
         )
     thumb = _median_of_some(r["farm"]["first_thumbnail_s"] for r in rounds)
@@ -147,11 +147,6 @@ def _rows(
             note=f"b/a{spread}; per chunk: {b['per_chunk_line']}",
         ),
     ]
-
-
-def _probed(farm_run: dict[str, Any]) -> bool:
-    """Whether the job sized itself from its own probe wave (not from a remembered one)."""
-    return f"of {farm_run['job']})" in farm_run["chunk_plan"]
 
 
 def _median(values: Iterable[float]) -> float:

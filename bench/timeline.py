@@ -101,6 +101,7 @@ def breakdown(
         "chunks": len(chunks),
         "chunk_size_chosen": job.get("chunk_size", ""),
         "chunk_plan": job.get("chunk_plan", ""),
+        "probed": planned is not None,  # its own probe wave planned the rest (auto, no memory)
         "submit_to_first_claim_s": round(
             (_first(events, "chunk-rendering") or submitted) - submit_wall, 2
         ),
