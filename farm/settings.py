@@ -108,9 +108,13 @@ class Settings(BaseSettings):
     hands the rest of its chunk back (keep it under the container's stop timeout)."""
     scratch_dir: str = ""
     """Where workers keep scenes and frames while they work; empty: the system temp dir."""
+    disk_sweep_s: float = Field(60.0, gt=0)
+    """How often a worker removes the folders of ended jobs from its scratch dir and trims its
+    scene cache (workers.janitor)."""
     asset_cache_mb: int = Field(20 * 1024, ge=0)
-    """Cap on each host's cache of scene files (textures, libraries) kept by hash; least recently
-    used files go first (workers.assets)."""
+    """Cap on each host's cache of scene files (textures, libraries) kept by hash, and apart from
+    it on its cache of the scenes themselves; least recently used files go first (workers.assets,
+    workers.janitor)."""
     blender: str = "bpy"
     """`bpy`: Blender 4.5 LTS as the PyPI wheel, run as a child Python (the local farm); else the
     path of a Blender binary of the same release (the worker image's official tarball)."""

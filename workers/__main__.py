@@ -30,7 +30,7 @@ from farm.ledger import Ledger
 from farm.pipeline import Queue
 from farm.settings import Settings, load_settings
 from farm.store import Store
-from workers import alongside, gpu, splitter
+from workers import alongside, gpu, janitor, splitter
 from workers.box import check_host
 from workers.context import WorkerContext
 from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
@@ -181,6 +181,7 @@ def main(
         ctx.wakeups.start()
     _start_heartbeat(ctx, queues)
     splitter.start(ctx)  # no idle tail: split a running chunk when there is nothing to take
+    janitor.start(ctx)  # the folders of ended jobs go: weeks of jobs do not fill the disk
     log.info("worker %s serving %s (Cycles: %s, NVENC: %s, encodes %s)", name, ",".join(queues),
              caps.cycles_device, caps.nvenc,
              "beside renders" if ctx.alongside else "after renders")  # fmt: skip

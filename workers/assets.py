@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,20 +64,23 @@ class AssetCache:
         part.replace(path)
         return path
 
-    def evict(self, keep: set[str]) -> list[str]:
-        """Remove least recently used files until the cache fits its cap; never those in `keep`."""
+    def evict(self, keep: set[str], *, spare_s: float = 0) -> list[str]:
+        """Remove least recently used files until the cache fits its cap; never those in `keep`
+        nor those used in the last `spare_s` seconds."""
         entries = []
+        recent = time.time() - spare_s
         for entry in self.root.glob("*"):
-            if entry.name.endswith(".part") or not entry.is_file():
+            # A download in progress: ours (`.part`) or the transfer's own under it (`.part.x1y2`).
+            if ".part" in entry.name or not entry.is_file():
                 continue
             st = entry.stat()
             entries.append((st.st_mtime, entry.name, st.st_size))
         total = sum(e[2] for e in entries)
         removed = []
-        for _, name, size in sorted(entries):
+        for mtime, name, size in sorted(entries):
             if total <= self.cap_bytes:
                 break
-            if name in keep:
+            if name in keep or (spare_s and mtime > recent):
                 continue
             (self.root / name).unlink(missing_ok=True)
             total -= size

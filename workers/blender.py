@@ -266,8 +266,13 @@ def preview_file(out_dir: Path, frame: int) -> Path:
 
 
 def local_files(out_dir: Path, frame: int) -> list[Path]:
-    """Every file the script left for `frame` (its preview and its frames in any format)."""
-    return [preview_file(out_dir, frame), *sorted(out_dir.glob(f"frame_{frame:06d}.*"))]
+    """Every file the script left for `frame` (its preview, its frames in any format and its
+    thumbnail)."""
+    return [
+        preview_file(out_dir, frame),
+        *sorted(out_dir.glob(f"frame_{frame:06d}.*")),
+        out_dir / f"thumb_{frame:06d}.jpg",
+    ]
 
 
 def frame_progress(line: str) -> tuple[int, int, int] | None:

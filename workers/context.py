@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +19,50 @@ from workers.alongside import Alongside
 from workers.gpu import Capabilities
 from workers.wake import Wakeups
 from workers.warm import WarmPool
+
+
+class JobsHere:
+    """The jobs with work running in this worker process, and the sweep's hold on one job's
+    folder: work of a job and a sweep of its folder never overlap."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running: Counter[str] = Counter()
+        self._swept: set[str] = set()
+
+    @contextmanager
+    def using(self, job_id: str) -> Iterator[None]:
+        """Work of `job_id` runs in this block; it starts once a sweep of the folder has ended."""
+        with self._cond:
+            self._cond.wait_for(lambda: job_id not in self._swept)
+            self._running[job_id] += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running[job_id] -= 1
+                if self._running[job_id] <= 0:
+                    del self._running[job_id]
+
+    @contextmanager
+    def sweeping(self, job_id: str) -> Iterator[bool]:
+        """True, and the folder is the sweep's until the block ends, unless work of the job
+        runs here (False)."""
+        with self._cond:
+            free = self._running[job_id] == 0
+            if free:
+                self._swept.add(job_id)
+        try:
+            yield free
+        finally:
+            if free:
+                with self._cond:
+                    self._swept.discard(job_id)
+                    self._cond.notify_all()
+
+    def running(self) -> frozenset[str]:
+        with self._cond:
+            return frozenset(self._running)
 
 
 @dataclass(slots=True)
@@ -63,6 +109,8 @@ class WorkerContext:
     """Blenders kept with a job's scene open for its next chunk here (settings.warm_blender_s)."""
     alongside: Alongside | None = None
     """Where a rendered chunk's encode runs beside the next render (settings.encode_alongside)."""
+    jobs_here: JobsHere = field(default_factory=JobsHere)
+    """The jobs with work running in this process: their folders stay (workers.janitor)."""
 
     @property
     def stopping(self) -> threading.Event:

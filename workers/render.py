@@ -20,6 +20,7 @@ from typing import Any
 from farm import keys
 from farm.errors import FarmError, PermanentError, StoreRefused, TransientError
 from farm.ledger import Ledger
+from farm.pipeline import PHASES, Phase
 from farm.proc import Result, run
 from farm.spec import JobSpec
 from farm.store import Store, sha256_file
@@ -172,7 +173,15 @@ def render_frames(attempt: ChunkAttempt) -> Outcome:
     saved_s: list[float] = []
     timing: dict[str, float] = {}
     if todo:
-        progress = _run_blender(ctx, attempt, spec, scene, todo, uploader)
+        try:
+            progress = _run_blender(ctx, attempt, spec, scene, todo, uploader)
+        finally:
+            if str(PHASES[Phase.SEGMENT].queue) not in ctx.queues:
+                # Nothing here will encode them, and the store has each recorded frame: a
+                # render-only host keeps no frames (workers.janitor).
+                for frame in uploader.done:
+                    for path in blender.local_files(ctx.job_dir(job_id) / "frames", frame):
+                        path.unlink(missing_ok=True)
         saved_s, timing = progress.saved_s, progress.timing()
     frames, todo = kept(frames, attempt.keeper.split_last), kept(todo, attempt.keeper.split_last)
     if job.get("plan_pending") == "1":

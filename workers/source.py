@@ -5,6 +5,7 @@ Sources are content-addressed in the store, so a cached copy of the right size i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from farm.errors import PermanentError
@@ -18,4 +19,6 @@ def fetch_source(ctx: WorkerContext, key: str) -> Path:
         raise PermanentError(f"{key} is missing from the store; submit the job again")
     if not local.exists() or local.stat().st_size != size:
         ctx.store.get_file(key, local)
+    else:
+        os.utime(local)  # the cache's LRU clock (workers.janitor evicts by it)
     return local

@@ -92,6 +92,18 @@ def run_chunk_phase(
     after a render on a worker with an encode lane, in that lane, beside the next render.
     `works`: each phase's work (PHASE_WORK unless a test gives its own); `claim_fields`: what
     the claims record beside the worker's meter (the lane's price)."""
+    with ctx.jobs_here.using(job_id):  # its folder stays while this runs (workers.janitor)
+        return _run_chunk_phases(ctx, job_id, chunk, phase, works, claim_fields)
+
+
+def _run_chunk_phases(
+    ctx: WorkerContext,
+    job_id: str,
+    chunk: int,
+    phase: PhaseSpec,
+    works: Mapping[Phase, Work] | None,
+    claim_fields: Mapping[str, str] | None,
+) -> dict[str, object]:
     works = PHASE_WORK if works is None else works
     while True:
         nxt = PHASES[phase.next] if phase.next is not None else None
@@ -254,7 +266,8 @@ def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, Any]:
     if not job or job.get("state") != JobState.STITCHING:
         return {"skipped": f"job is {job.get('state', 'unknown')}"}
     spec = JobSpec.from_json(json.loads(job["spec"]))
-    return STITCHERS[spec.kind](ctx, job_id, job, spec)
+    with ctx.jobs_here.using(job_id):  # its work folder is in the job's (workers.janitor)
+        return STITCHERS[spec.kind](ctx, job_id, job, spec)
 
 
 def register(app: Celery, get_ctx: Callable[[], WorkerContext]) -> None:

@@ -232,6 +232,16 @@ class WarmPool:
         with self._lock:
             return frozenset(b.label for b, _ in self._idle if b.label)
 
+    def end(self, label: str) -> int:
+        """End the idle Blenders holding `label` (a job that has ended); how many there were."""
+        with self._lock:
+            ended = [(b, t) for b, t in self._idle if b.label == label]
+            self._idle = [(b, t) for b, t in self._idle if b.label != label]
+        for blender, timer in ended:
+            timer.cancel()
+            blender.stop()
+        return len(ended)
+
     def close(self) -> None:
         """End every idle Blender and keep none after this (the worker is going away or
         draining)."""

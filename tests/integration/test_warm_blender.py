@@ -172,3 +172,19 @@ def test_a_kept_blender_that_ended_unseen_costs_the_chunk_nothing(
     chunk = Chunk(scenes / "cycles.blend", tmp_path, [2])
     result, warm = serve(pool, chunk, tmp_path)
     assert result.ok and not warm and chunk.saved == [2] and pool.started == 2
+
+
+def test_the_idle_blender_of_an_ended_job_is_ended_when_its_folder_goes(
+    pool: WarmPool, scenes: Path, tmp_path: Path
+) -> None:
+    """workers.janitor ends it before removing the job's folder, where its home is."""
+    chunk = Chunk(scenes / "cycles.blend", tmp_path, [1])
+    result, _ = pool.run(
+        ARGV, chunk.job, chunk.path, chunk.nonce, on_line=chunk.on_line, log_path=None,
+        handle=Running(), label="j1",
+    )  # fmt: skip
+    assert result.ok and pool.idle_labels() == {"j1"}
+    (kept,) = [b for b, _ in pool._idle]
+    assert pool.end("j2") == 0 and pool.idle() == 1  # another job's: kept
+    assert pool.end("j1") == 1
+    assert kept.popen.wait(timeout=10) is not None and pool.idle() == 0
