@@ -29,6 +29,9 @@ ENV_ALLOWED = (
     "LD_LIBRARY_PATH",
 )
 """Variables a child may inherit (farm.proc uses the same list for every child)."""
+HIDDEN = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+"""Files in the system dirs a worker running as root could read (their owner's bits): empty
+inside the box."""
 ENV_FORBIDDEN = ("FARM_", "AWS_", "REDIS", "CELERY", "FLOWER")
 """Prefixes never passed on, whatever the caller asks: these carry the farm's credentials."""
 
@@ -89,7 +92,10 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
     home = str(Path(box.writable[0]).absolute()) if box.writable else "/tmp"
     env = minimal_env(os.environ if environ is None else environ, home)
     env.update({k: v for k, v in box.env.items() if not forbidden(k)})
-    out = [box.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    # No capability inside, even for a worker running as root: with them a trusted scene's
+    # script could remount the read-only system and its tree writable.
+    out = [box.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+           "--clearenv"]  # fmt: skip
     for name, value in sorted(env.items()):
         out += ["--setenv", name, value]
     out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
@@ -101,6 +107,8 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
     # Parents before children, so a writable folder inside a read-only tree stays writable.
     for flag, path in sorted(mounts, key=lambda m: (m[1].count("/"), m[1])):
         out += [flag, path, path]
+    for secret in filter(os.path.exists, HIDDEN):  # bwrap cannot make one in a read-only /etc
+        out += ["--ro-bind", "/dev/null", secret]
     out += ["--chdir", home, "--", *argv]
     return out
 

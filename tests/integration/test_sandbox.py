@@ -122,6 +122,23 @@ def test_boxed_blender_cannot_write_read_or_connect_outside(
     assert seen["write-out-dir"] == "ok" and (chunk["out_dir"] / "mine.txt").read_text() == "x"
 
 
+def test_a_box_run_by_root_has_no_capabilities_to_undo_it(chunk: dict[str, Path]) -> None:
+    """A worker running as root (this test machine's) starts bwrap as root: without the dropped
+    capabilities a script could remount the read-only system and its tree writable, and root's
+    owner bits read /etc/shadow."""
+    probe = (
+        "grep CapEff /proc/self/status; (cat /etc/shadow 2>/dev/null; true) | wc -c; "
+        f"mount -o remount,bind,rw {chunk['tree']} && echo REMOUNTED; "
+        f"touch {chunk['tree']}/planted && echo PLANTED; true"
+    )
+    result = run(boxed(["sh", "-c", probe], chunk, "blender"))
+    assert result.ok, "\n".join(result.tail)
+    assert "CapEff:\t0000000000000000" in result.tail
+    assert "0" in result.tail  # /etc/shadow: nothing of it can be read inside
+    assert "REMOUNTED" not in result.tail and "PLANTED" not in result.tail
+    assert not (chunk["tree"] / "planted").exists()
+
+
 def test_box_refuses_to_render_without_bwrap(
     chunk: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
