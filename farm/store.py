@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import boto3
 from boto3.exceptions import S3UploadFailedError
@@ -178,16 +179,29 @@ class Store:
         these very bytes (a manifest keeps it, so a later copy can insist on them).
         `intermediate` tags frames and segments so the bucket's lifecycle rule can expire them
         once deliverables exist."""
+        if path.stat().st_size < _TRANSFER.multipart_threshold:
+            with path.open("rb") as body:
+                return self.put_open(key, body, intermediate=intermediate)
         extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else {}
         with _wrapped(f"upload {key}"):
-            if path.stat().st_size < _TRANSFER.multipart_threshold:
-                # One PUT: s3transfer's thread and future machinery costs more than a frame's send.
-                with path.open("rb") as body:
-                    etag: str = self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, **extra)[
-                        "ETag"
-                    ]
-                return etag
             self.s3.upload_file(str(path), self.bucket, key, Config=_TRANSFER, ExtraArgs=extra)
+            etag: str = self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
+        return etag
+
+    def put_open(self, key: str, body: BinaryIO, *, intermediate: bool = False) -> str:
+        """`put_file` of a file already open, from its start: what was checked of it (its type,
+        its checksum; workers.box.open_boxed) is what is stored, whatever its name points to
+        by now."""
+        extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else {}
+        body.seek(0)
+        with _wrapped(f"upload {key}"):
+            if os.fstat(body.fileno()).st_size < _TRANSFER.multipart_threshold:
+                # One PUT: s3transfer's thread and future machinery costs more than a frame's send.
+                etag: str = self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, **extra)[
+                    "ETag"
+                ]
+                return etag
+            self.s3.upload_fileobj(body, self.bucket, key, Config=_TRANSFER, ExtraArgs=extra)
             etag = self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
         return etag
 

@@ -6,8 +6,11 @@ runs unboxed unless the settings say `off` explicitly.
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import shutil
+import stat
 from pathlib import Path
 
 from farm.errors import ConfigError, PermanentError
@@ -51,3 +54,18 @@ def check_host(settings: Settings, queues: list[str]) -> None:
             "bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that "
             "only renders scenes you trust"
         )
+
+
+def open_boxed(path: Path) -> io.BufferedReader:
+    """A file the box wrote, opened as what it is now: never through a symlink, and only a
+    regular file. A trusted scene's script could otherwise swap a frame it announced for a link
+    to a host file (the farm's config) before the upload, or for a FIFO that blocks the reader.
+    Read the size, checksum and bytes from this one open file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermanentError(f"{path.name} in the chunk's folder is not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -5,6 +5,7 @@ Frames already in the store and verified (size and checksum in the ledger) are n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -23,11 +24,11 @@ from farm.ledger import Ledger
 from farm.pipeline import PHASES, Phase
 from farm.proc import Result, run
 from farm.spec import JobSpec
-from farm.store import Store, sha256_file
+from farm.store import Store
 from workers import autochunk, blender, spot, thumbnail
 from workers.assets import build_tree, tree_remap
 from workers.attempt import ChunkAttempt, Outcome
-from workers.box import render_box
+from workers.box import open_boxed, render_box
 from workers.context import WorkerContext
 from workers.source import fetch_source
 
@@ -114,10 +115,12 @@ class FrameUploader:
             started = time.monotonic()
             try:
                 for master in masters:  # before the record: a recorded frame has its masters
-                    self.store.put_file(keys.master_key(self.job_id, master.name), master)
-                size = path.stat().st_size
-                digest = sha256_file(path)
-                self.store.put_file(keys.frame_key(self.job_id, frame), path, intermediate=True)
+                    with open_boxed(master) as fh:
+                        self.store.put_open(keys.master_key(self.job_id, master.name), fh)
+                with open_boxed(path) as fh:  # what is recorded is what is stored
+                    size = os.fstat(fh.fileno()).st_size
+                    digest = hashlib.file_digest(fh, "sha256").hexdigest()
+                    self.store.put_open(keys.frame_key(self.job_id, frame), fh, intermediate=True)
                 if self._split_off(frame):  # split while it was uploading
                     continue
                 # The record, the chunk's progress and (once an attempt; the job keeps the
@@ -209,7 +212,11 @@ def write_permit(path: Path, last: int) -> None:
     """Tell the render script to stop after frame `last` (it reads the file before each frame);
     written whole, then renamed, so the script never reads half of it."""
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps({"last": last}))
+    # The folder is the box's: a link planted at the name must not make this write elsewhere.
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps({"last": last}))
     os.replace(partial, path)
 
 
@@ -314,7 +321,8 @@ def _run_blender(
     nonce = secrets.token_hex(16)
     # A warm Blender (workers.warm) lives across this job's chunks: its home, job files and
     # permits are the job's on this worker, not one attempt's.
-    home = ctx.job_dir(attempt.job_id) / "blender" if ctx.warm else attempt.workspace
+    # The box writes its home: the attempt's log, beside it in the workspace, stays out of reach.
+    home = ctx.job_dir(attempt.job_id) / "blender" if ctx.warm else attempt.workspace / "home"
     home.mkdir(parents=True, exist_ok=True)
     job_path, permit = home / f"job-{nonce}.json", home / f"permit-{nonce}.json"
     job = blender.job_file(

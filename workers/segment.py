@@ -22,6 +22,16 @@ from workers.ffgraph import EncodeSettings, choose_encoder, fps_fraction, frames
 log = logging.getLogger(__name__)
 
 
+def _linked(local: Path, target: Path) -> bool:
+    """Hard-link the box's file at `target` (this attempt's own folder) as what it is: a
+    symlink there (a trusted scene swapped the frame for a link to a host file) is not a frame."""
+    try:
+        os.link(local, target, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return not target.is_symlink() and target.is_file()
+
+
 def gather_frames(
     ctx: WorkerContext,
     job_id: str,
@@ -41,9 +51,10 @@ def gather_frames(
         size, digest = record
         target = seq_dir / f"{n:06d}.png"
         local = blender.preview_file(rendered, frame)  # display-referred, for the video
-        if local.exists() and local.stat().st_size == size and sha256_file(local) == digest:
-            os.link(local, target)
-        else:
+        # The box wrote `local`: what is checked is the link, never what `local` points to.
+        mine = _linked(local, target)
+        if not (mine and target.stat().st_size == size and sha256_file(target) == digest):
+            target.unlink(missing_ok=True)
             ctx.store.get_file(keys.frame_key(job_id, frame), target)
             if sha256_file(target) != digest:
                 ctx.ledger.forget_frame(job_id, frame)

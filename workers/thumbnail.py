@@ -14,6 +14,7 @@ from pathlib import Path
 from farm import keys
 from farm.errors import FarmError
 from farm.store import Store
+from workers.box import open_boxed
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,8 @@ log = logging.getLogger(__name__)
 def upload(store: Store, job_id: str, frame: int, path: Path) -> bool:
     """Store the frame's thumbnail; False (logged) when that failed."""
     try:
-        store.put_file(keys.thumb_key(job_id, frame), path, intermediate=True)
+        with open_boxed(path) as fh:  # the box wrote it: never a link to a host file
+            store.put_open(keys.thumb_key(job_id, frame), fh, intermediate=True)
         return True
     except (FarmError, OSError) as exc:
         log.warning("no thumbnail of frame %d: %s", frame, exc)

@@ -5,6 +5,9 @@ the frame uploader. The store and the dispatcher are fakes that implement their 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,8 @@ from workers.attempt import ChunkAttempt, Outcome
 from workers.context import WorkerContext
 from workers.gpu import Capabilities
 from workers.lease import LeaseKeeper
-from workers.render import FrameUploader
+from workers.render import FrameUploader, write_permit
+from workers.segment import gather_frames
 from workers.tasks import run_chunk_phase
 
 RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]
@@ -48,6 +52,12 @@ class FakeStore:
         if self.fail_puts:
             raise self.fail_puts
         self.objects[key] = path.read_bytes()
+
+    def put_open(self, key: str, body: Any, *, intermediate: bool = False) -> None:
+        if self.fail_puts:
+            raise self.fail_puts
+        body.seek(0)
+        self.objects[key] = body.read()
 
     def put_json(self, key: str, value: Any) -> None:
         self.objects[key] = repr(value).encode()
@@ -251,6 +261,65 @@ def test_the_frame_uploader_stores_and_records_each_frame(
     assert ctx.ledger.frame_records("j1")[3][0] == 9
     assert ctx.ledger.chunk("j1", 0)["frames_rendered"] == "3"
     assert ctx.store.objects[keys.frame_key("j1", 2)] == b"pngpng"  # type: ignore[attr-defined]
+
+
+def test_a_frame_swapped_for_a_link_to_a_host_file_is_never_stored(
+    ctx: WorkerContext, tmp_path: Path
+) -> None:
+    """A trusted scene's script announces a frame, then swaps it (and its thumbnail) for links to
+    the farm's config before the upload: the chunk fails and nothing of the config is stored."""
+    secret = tmp_path / "config.json"
+    secret.write_text('{"redis_password": "hunter2"}')
+    out = tmp_path / "frames"
+    out.mkdir()
+    frame, thumb, fifo = out / "frame_000001.png", out / "thumb_000001.jpg", out / "frame_2.exr"
+    frame.symlink_to(secret)
+    thumb.symlink_to(secret)
+    os.mkfifo(fifo)  # a reader that opened it would wait for a writer forever
+    uploader = FrameUploader(ctx.store, ctx.ledger, "j1", 0)
+    uploader.start()
+    uploader.add(1, frame, thumb=thumb)
+    uploader.add(2, out / "frame_000001.png", masters=(fifo,))
+    uploader.finish()
+    with pytest.raises(PermanentError, match=r"not a regular file|symbolic link"):
+        uploader.raise_errors()
+    stored = b"".join(ctx.store.objects.values())  # type: ignore[attr-defined]
+    assert b"hunter2" not in stored and uploader.done == []
+    assert ctx.ledger.frame_records("j1") == {}
+
+
+def test_a_permit_write_never_follows_a_link_planted_in_the_box_home(tmp_path: Path) -> None:
+    target = tmp_path / "passwd"
+    target.write_text("root:x:0:0")
+    permit = tmp_path / "permit-n.json"
+    (tmp_path / "permit-n.json.partial").symlink_to(target)
+    write_permit(permit, 7)
+    assert target.read_text() == "root:x:0:0"
+    assert json.loads(permit.read_text()) == {"last": 7} and not permit.is_symlink()
+
+
+def test_the_encode_links_the_rendered_frame_never_what_a_link_points_to(
+    ctx: WorkerContext, tmp_path: Path
+) -> None:
+    """A preview swapped for a link to a host file with the very bytes the ledger recorded
+    (the worst case) is fetched from the store instead, so the encode never reads a host file."""
+    ctx.store.objects[keys.frame_key("j1", 1)] = b"png"  # type: ignore[attr-defined]
+    elsewhere = tmp_path / "elsewhere.png"
+    elsewhere.write_bytes(b"png")
+    rendered = ctx.job_dir("j1") / "frames"
+    rendered.mkdir(parents=True)
+    (rendered / "preview_000001.png").symlink_to(elsewhere)
+    seq = tmp_path / "seq"
+    seq.mkdir()
+    fetched: list[str] = []
+    ctx.store.get_file = lambda key, path: (  # type: ignore[attr-defined,method-assign]
+        fetched.append(key),
+        path.write_bytes(ctx.store.objects[key]),  # type: ignore[attr-defined]
+    )
+    digest = hashlib.sha256(b"png").hexdigest()
+    gather_frames(ctx, "j1", [1], seq, {1: (3, digest)})
+    assert fetched == [keys.frame_key("j1", 1)]
+    assert not (seq / "000000.png").is_symlink() and (seq / "000000.png").read_bytes() == b"png"
 
 
 @pytest.mark.parametrize(

@@ -182,7 +182,7 @@ class _Recorder:
         self.stored: list[str] = []
         self.recorded: list[int] = []
 
-    def put_file(self, key: str, path: Path, intermediate: bool = False) -> str:
+    def put_open(self, key: str, body: object, intermediate: bool = False) -> str:
         self.stored.append(key)
         return "etag"
 
