@@ -16,7 +16,7 @@ from farm.ledger import Ledger
 from farm.report import advance, job_summary, progress_bar, progress_line
 from farm.settings import Settings, command_settings
 from farm.spec import JobSpec, build_render_spec, check_scene_path, provenance
-from farm.state import ENDED
+from farm.state import ENDED, JobState
 
 if TYPE_CHECKING:
     from farm.assets import Traced
@@ -236,13 +236,18 @@ def settings_text(settings: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+STOPS = ENDED | {JobState.PAUSED}
+"""Where a wait stops: the job has ended, or it is paused and only a person can go on."""
+
+
 def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:
-    """Follow the job until it ends: a live bar on a terminal, a line per change in a log."""
+    """Follow the job until it ends or pauses: a live bar on a terminal, a line per change in a
+    log. A paused job (its budget, `farm pause`) waits for a person: the wait ends saying why."""
     ledger = Ledger.from_url(settings.redis_url)
     tty = sys.stderr.isatty() and not quiet
     bar = progress_bar()
     task = bar.add_task("job", total=1, state="", chunks="", elapsed="", eta="")
-    last = ""
+    last: tuple[object, ...] = ()
     if tty:
         bar.start()
     try:
@@ -250,22 +255,37 @@ def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]
             summary = job_summary(ledger.job(job_id), ledger.chunks(job_id))
             if tty:
                 advance(bar, task, summary)
-            elif not quiet and (line := progress_line(summary)) != last:
-                click.echo(line, err=True)
-                last = line
-            if summary["state"] in ENDED:
+            elif not quiet and (step := _step(summary)) != last:
+                click.echo(progress_line(summary), err=True)
+                last = step
+            if summary["state"] in STOPS:
                 break
             # The view is redrawn every half second; the end is heard within a tenth of one
             # (the job's record alone, not its chunks), so a script waiting on it loses no time.
             redraw = time.monotonic() + 0.5
-            while time.monotonic() < redraw and ledger.job(job_id).get("state") not in ENDED:
+            while time.monotonic() < redraw and ledger.job(job_id).get("state") not in STOPS:
                 time.sleep(0.1)
     finally:
         if tty:
             bar.stop()
-    if not quiet and summary["state"] != "done":
+    if quiet or summary["state"] == JobState.DONE:
+        return summary
+    if summary["state"] == JobState.PAUSED:
+        reason = ledger.job(job_id).get("paused_reason", "")
+        if "farm resume" not in reason:
+            reason += f"; `farm resume {job_id}` continues it"
+        click.echo(f"job {job_id} paused: {reason}; `farm status {job_id} --wait` follows it "
+                   "again", err=True)  # fmt: skip
+    else:
         click.echo(f"job {job_id} {summary['state']}: {summary['error']}", err=True)
     return summary
+
+
+def _step(summary: dict[str, Any]) -> tuple[object, ...]:
+    """What a log line is written for: the job's state, chunks or frames changed (not its clock,
+    or a long job would write a line a second)."""
+    keys = ("state", "chunks_done", "chunks_total", "frames_rendered")
+    return tuple(summary[k] for k in keys)
 
 
 def _print_estimate(

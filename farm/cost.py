@@ -182,11 +182,10 @@ class Spend:
             spent=self.cost.spent, expected_rest=self.expected_rest, max_cost=self.max_cost
         )
 
-    @property
-    def budget_reason(self) -> str:
+    def budget_reason(self, job_id: str) -> str:
         return (
             f"budget: spent {money(self.cost.spent)} + expected {money(self.expected_rest)} to "
-            f"finish would pass the budget of {money(self.max_cost)}; `farm resume JOB "
+            f"finish would pass the budget of {money(self.max_cost)}; `farm resume {job_id} "
             "--max-cost N` continues"
         )
 

@@ -19,7 +19,7 @@ from farm.ledger_base import Claim, Move, move_of, records_of, wrapped
 from farm.ledger_fleet import FleetRecords
 from farm.ledger_jobs import JobRecords
 from farm.pipeline import running_states, sources_of
-from farm.state import ChunkState, JobState
+from farm.state import ENDED, ChunkState, JobState
 
 __all__ = ["Claim", "Ledger", "Move"]
 log = logging.getLogger(__name__)
@@ -305,7 +305,19 @@ class Ledger(JobRecords, FleetRecords):
 
     def reopen_job(self, job_id: str, *, every_unfinished: bool) -> list[int]:
         """Back to running: failed chunks (or every unfinished one) queued with a fresh budget.
-        Returns the chunks that now wait for work (queued or interrupted)."""
+        Returns the chunks that now wait for work (queued or interrupted). A cancelled chunk
+        runs again only with `every_unfinished`: without it the job would run with chunks that
+        never end, so that retry is refused."""
+        if not every_unfinished and self.job(job_id).get("state") in ENDED:
+            cancelled = [
+                c["index"] for c in self.chunks(job_id) if c.get("state") == ChunkState.CANCELLED
+            ]
+            if cancelled:
+                raise LedgerError(
+                    f"job {job_id} has {len(cancelled)} cancelled chunks, which a retry of its "
+                    f"failed chunks would leave cancelled: `farm retry {job_id} --all` runs them "
+                    "again"
+                )
         move = self.move_job(job_id, JobState.RUNNING, error="", finished="")
         if not move.moved:
             raise LedgerError(

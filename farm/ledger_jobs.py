@@ -202,7 +202,7 @@ class JobRecords(Outbox):
         spend = self.spend(job_id)
         if not spend.over_budget:
             return False
-        return self.pause_job(job_id, reason=spend.budget_reason).moved
+        return self.pause_job(job_id, reason=spend.budget_reason(job_id)).moved
 
     def pause_job(self, job_id: str, reason: str) -> Move:
         """No new chunk starts; running ones finish (their leases renew), frames are kept."""

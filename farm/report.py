@@ -80,8 +80,8 @@ def _since(created: float | None, at: str | None) -> float | None:
 def eta_s(summary: dict[str, Any]) -> float | None:
     done, total = int(summary["frames_rendered"]), int(summary["frames_total"])
     elapsed = float(summary["elapsed_s"] or 0)
-    if not done or not elapsed or done >= total:
-        return None
+    if not done or not elapsed or done >= total or summary["state"] == "paused":
+        return None  # a paused job has no end until someone resumes it
     return elapsed * (total - done) / done
 
 

@@ -96,6 +96,11 @@ def test_a_budget_pauses_the_job_midway_and_resume_finishes_every_frame_once(
     assert [c for c in status(one_worker, job_id)["chunks"] if c["attempt"] > 0] == started
     shown = one_worker.farm("status", job_id, check=True).stdout
     assert "paused" in shown and "budget $0.0001" in shown
+    # A wait on a paused job ends, saying why and what to run, rather than waiting for ever.
+    waited = one_worker.farm("status", job_id, "--wait", timeout=30)
+    assert waited.returncode == 1, waited.stderr
+    assert f"job {job_id} paused: budget: spent" in waited.stderr
+    assert f"`farm resume {job_id} --max-cost N` continues" in waited.stderr
     resumed = one_worker.farm("resume", job_id, "--max-cost", "1", check=True)
     assert "resumed" in resumed.stdout
     assert wait_final(one_worker, job_id, 240)["state"] == "done"

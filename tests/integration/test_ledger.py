@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from farm.errors import UnreachableError
+from farm.errors import LedgerError, UnreachableError
 from farm.ledger import Ledger
 from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job
@@ -143,3 +143,17 @@ def test_queue_length_counts_celery_messages(ledger: Ledger) -> None:
     ledger.r.lpush("render\x06\x163", "m3")
     assert ledger.queue_length("render") == 3
     assert ledger.queue_length("encode") == 0
+
+
+def test_a_plain_retry_of_a_cancelled_job_is_refused_rather_than_left_running(
+    ledger: Ledger,
+) -> None:
+    """Found by a walkthrough: `farm retry` (failed chunks only) of a cancelled job moved it to
+    running with every chunk still cancelled, so it never ended and `retry --all` was refused."""
+    make_job(ledger, "j1", frames="1-20", chunk_size=10)
+    ledger.cancel_job("j1")
+    with pytest.raises(LedgerError, match=r"2 cancelled chunks.*farm retry j1 --all"):
+        ledger.reopen_job("j1", every_unfinished=False)
+    assert ledger.job("j1")["state"] == JobState.CANCELLED
+    assert ledger.reopen_job("j1", every_unfinished=True) == [0, 1]
+    assert ledger.job("j1")["state"] == JobState.RUNNING

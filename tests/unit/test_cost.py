@@ -84,7 +84,8 @@ def test_spend_gives_the_budget_reason() -> None:
     c = cost.job_cost({"cost": "2"})
     spend = cost.spend_of({"state": "running", "frames_total": "10", "max_cost": "3"}, c, 5)
     assert spend.over_budget
-    assert "would pass the budget of $3.00" in spend.budget_reason
+    assert "would pass the budget of $3.00" in spend.budget_reason("j1")
+    assert "`farm resume j1 --max-cost N` continues" in spend.budget_reason("j1")
 
 
 def test_estimate_auto_uses_the_chunk_size_rule() -> None:
