@@ -15,7 +15,7 @@ from farm import keys
 from farm.cli_control import COMMANDS as CONTROL_COMMANDS
 from farm.cli_serve import COMMANDS as SERVE_COMMANDS
 from farm.cli_submit import settings_text, submit, wait_for_job
-from farm.errors import FarmError, SpecError
+from farm.errors import ConfigError, FarmError, SpecError, UnreachableError
 from farm.ledger import Ledger
 from farm.report import (
     jobs_table,
@@ -36,8 +36,32 @@ class FarmGroup(click.Group):
         except FarmError as exc:
             if ctx.meta.get("debug"):
                 raise
-            click.echo(f"farm: error: {exc}", err=True)
+            hint = _hint(ctx, exc)
+            click.echo(f"farm: error: {str(exc).rstrip('.') if hint else exc}{hint}", err=True)
             ctx.exit(2 if isinstance(exc, SpecError) else 1)
+        except OSError as exc:  # a file of the user's: a DEST that cannot be written, a full disk
+            if ctx.meta.get("debug"):
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            click.echo(f"farm: error: {exc.strerror or exc}{where}", err=True)
+            ctx.exit(1)
+
+
+def _hint(ctx: click.Context, exc: FarmError) -> str:
+    """Where the farm's addresses came from, after an error that may mean they are wrong."""
+    path = ctx.meta.get("config_path")
+    if path is None:
+        return ""
+    missing = not path.exists()
+    if isinstance(exc, UnreachableError):
+        where = f"{path}, which does not exist," if missing else str(path)
+        return (
+            f"; is the farm up? (`farm up` starts a local one; its addresses come from {where} "
+            "and FARM_* variables)"
+        )
+    if isinstance(exc, ConfigError) and missing:
+        return f" (the config file {path} does not exist)"
+    return ""
 
 
 @click.group(cls=FarmGroup)
@@ -58,6 +82,9 @@ def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
     )
     if not debug:  # urllib3 warns per retry of a refused certificate; the error says it once
         logging.getLogger("urllib3").setLevel(logging.ERROR)
+        # The .blend reader warns of a truncated file or a missing library; farm's own error
+        # says it, with what to do.
+        logging.getLogger("blender_asset_tracer").setLevel(logging.ERROR)
     ctx.meta["debug"] = debug
     ctx.meta["config_path"] = config_path or default_config_path(os.environ)
 
@@ -114,11 +141,12 @@ def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("job_id")
-@click.argument("dest", type=click.Path(path_type=Path))
+@click.argument("dest_text", metavar="DEST", type=click.Path())
 @click.option("--frames", "with_frames", is_flag=True, help="Download the rendered frames too.")
 @click.pass_context
-def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> None:
-    """Download a finished job's video (and frames) to DEST."""
+def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) -> None:
+    """Download a finished job's video (and frames) to DEST: a file, or a folder (one that
+    exists, or one named with a trailing /) to put JOB.mp4 in."""
     from farm.store import Store
 
     settings = command_settings(ctx).require_farm()
@@ -133,17 +161,26 @@ def fetch(ctx: click.Context, job_id: str, dest: Path, with_frames: bool) -> Non
         )
     store = Store.from_settings(settings)
     ext = Path(job.get("output") or "x.mp4").suffix
-    target = dest / f"{job_id}{ext}" if dest.is_dir() or str(dest).endswith("/") else dest
-    if not partial:
-        store.get_file(job["output"], target)
-        click.echo(str(target))
-    if with_frames:
-        frames_dir = (dest if dest.is_dir() else dest.parent) / f"{job_id}-frames"
-        # The frames in the scene's own format (EXR, PNG); jobs from before 0.2 kept only PNGs.
-        found = store.keys(keys.job_prefix(job_id) + "masters/")
-        for key in found or store.keys(keys.job_prefix(job_id) + "frames/"):
-            store.get_file(key, frames_dir / Path(key).name)
-        click.echo(str(frames_dir))
+    dest = Path(dest_text)
+    folder = dest.is_dir() or dest_text.endswith(("/", os.sep))
+    target = dest / f"{job_id}{ext}" if folder else dest
+    try:
+        if not partial:
+            store.get_file(job["output"], target)
+            click.echo(str(target))
+        if with_frames:
+            frames_dir = (dest if folder else dest.parent) / f"{job_id}-frames"
+            # The frames in the scene's own format (EXR, PNG); jobs before 0.2 kept only PNGs.
+            found = store.keys(keys.job_prefix(job_id) + "masters/")
+            for key in found or store.keys(keys.job_prefix(job_id) + "frames/"):
+                store.get_file(key, frames_dir / Path(key).name)
+            click.echo(str(frames_dir))
+    except OSError as exc:
+        blocked = Path(exc.filename) if exc.filename else None
+        why = f", {blocked} is in the way" if blocked in target.parents else ""
+        raise FarmError(
+            f"cannot write {target}: {exc.strerror or exc}{why}; choose another DEST"
+        ) from exc
 
 
 @cli.command()

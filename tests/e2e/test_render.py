@@ -44,6 +44,14 @@ def test_demo_scene_renders_into_a_video_with_every_frame(
 
     stream = _video(local_farm, job_id, tmp_path)
     assert int(stream["nb_read_frames"]) == 48  # type: ignore[call-overload]
+    # A folder named with a trailing / is made and gets JOB.mp4; a DEST that cannot be written
+    # is one line saying what is in the way, not a traceback.
+    into = local_farm.farm("fetch", job_id, f"{tmp_path}/new/", check=True)
+    assert into.stdout.strip() == f"{tmp_path}/new/{job_id}.mp4"
+    (tmp_path / "notes.txt").write_text("a file")
+    blocked = local_farm.farm("fetch", job_id, str(tmp_path / "notes.txt" / "out.mp4"))
+    assert blocked.returncode == 1 and "Traceback" not in blocked.stderr
+    assert f"{tmp_path / 'notes.txt'} is in the way; choose another DEST" in blocked.stderr
     assert (stream["width"], stream["height"]) == (320, 180)
     assert Fraction(str(stream["r_frame_rate"])) == 24
     assert stream["codec_name"] == "h264"

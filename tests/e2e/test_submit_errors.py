@@ -53,3 +53,24 @@ def test_unreachable_farm_is_one_line_not_a_traceback(local_farm: LocalFarm) -> 
     assert result.returncode == 1
     assert result.stderr.startswith("farm: error: Redis does not answer")
     assert len(result.stderr.strip().splitlines()) == 1
+    # ... saying where the address came from and what to check
+    assert f"is the farm up? (`farm up` starts a local one; its addresses come from " \
+        f"{local_farm.config} and FARM_* variables)" in result.stderr  # fmt: skip
+
+
+def test_a_config_file_that_is_not_there_is_named(local_farm: LocalFarm, tmp_path: Path) -> None:
+    env = {**local_farm.env, "FARM_CONFIG": str(tmp_path / "typo.json")}
+    result = LocalFarm(data=local_farm.data, config=tmp_path / "typo.json", env=env).farm("jobs")
+    assert result.returncode == 1
+    assert f"(the config file {tmp_path / 'typo.json'} does not exist)" in result.stderr
+
+
+def test_a_truncated_scene_is_one_clear_line_without_the_readers_warnings(
+    local_farm: LocalFarm, tmp_path: Path
+) -> None:
+    cut = tmp_path / "cut.blend"
+    cut.write_bytes(DEMO.read_bytes()[:4000])
+    result = local_farm.farm("submit", str(cut), "--frames", "1-2")
+    assert result.returncode == 2
+    assert result.stderr.startswith("farm: error: ") and "WARNING" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
