@@ -80,7 +80,9 @@ if TYPE_CHECKING:
 @click.option(
     "--estimate",
     is_flag=True,
-    help="Plan and price the job (frames, chunks, GPU-hours, time, cost); queue nothing.",
+    help="Plan and price the job (frames, chunks, GPU-hours, time, cost) and queue none of it; "
+    "when the farm has no timings of the scene, a short probe job (three of its frames, billed) "
+    "runs first.",
 )
 @click.option(
     "--max-cost",
@@ -298,7 +300,13 @@ def _print_estimate(
     if not as_json:
         click.echo("estimating (a short probe job runs if the farm has no timings of this scene)",
                    err=True)  # fmt: skip
-    found = estimate_job(settings, spec, path, traced)
+    found = estimate_job(
+        settings,
+        spec,
+        path,
+        traced,
+        say=lambda line: None if as_json else click.echo(line, err=True),
+    )
     if as_json:
         click.echo(json.dumps(found.to_json()))
         return

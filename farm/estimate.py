@@ -7,8 +7,10 @@ probe's measurement is remembered, so the job submitted next is sized from it an
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -81,7 +83,9 @@ def estimate_job(
     traced: assets.Traced | None = None,
     *,
     probe_timeout_s: float = 1800.0,
+    say: Callable[[str], None] = lambda _: None,
 ) -> Estimated:
+    """`say`: a line for the person waiting (the probe job's id, and how to stop it)."""
     if spec.kind is not JobKind.RENDER:
         raise SpecError("--estimate prices render jobs (a .blend scene); transcodes are not timed")
     prices = cost.load_prices(settings.price_file)
@@ -93,7 +97,7 @@ def estimate_job(
     probe_job, probe_cost, probe_s = "", 0.0, 0.0
     if m is None:
         probe_job, m, probe_cost, probe_s = probe(
-            settings, ledger, spec, source, traced, timeout_s=probe_timeout_s
+            settings, ledger, spec, source, traced, timeout_s=probe_timeout_s, say=say
         )
         ledger.save_measurement(key, m)
     pool = pool_of(settings, ledger)
@@ -131,6 +135,22 @@ def probe_measurement(chunk: dict[str, str], frames: int, source: str) -> Measur
     )
 
 
+def measured(chunks: list[dict[str, str]], source: str) -> Measurement:
+    """S and F of a probe job from every chunk it ended with: an idle worker may have split its
+    one chunk, and each part paid its own start-up for its own frames."""
+    parts = [
+        (probe_measurement(c, len(json.loads(c["frames"])), source), len(json.loads(c["frames"])))
+        for c in chunks
+        if json.loads(c.get("frames") or "[]")
+    ]
+    frames = sum(n for _, n in parts)
+    return Measurement(
+        startup_s=sum(m.startup_s for m, _ in parts) / len(parts),
+        frame_s=sum(m.frame_s * n for m, n in parts) / frames,
+        source=source,
+    )
+
+
 def probe(
     settings: Settings,
     ledger: Ledger,
@@ -139,9 +159,12 @@ def probe(
     traced: assets.Traced | None,
     *,
     timeout_s: float,
+    say: Callable[[str], None] = lambda _: None,
 ) -> tuple[str, Measurement, float, float]:
     """Render a few of the scene's frames as a job of one chunk, at the top priority, and time
-    it. Returns the probe job's id, the measurement, what the probe cost and how long it took."""
+    it. Returns the probe job's id, the measurement, what the probe cost and how long it took.
+    The probe is cancelled if it does not end in `timeout_s`, or if the wait for it is
+    interrupted (Ctrl-C): it never runs on, billed, with no one waiting for it."""
     from farm.jobs import submit
 
     # Spread over the range (first, middle, last): an animation's frames are rarely alike.
@@ -154,19 +177,25 @@ def probe(
     )
     started = time.monotonic()
     job_id = submit(settings, probe_spec, source, traced, priority=100, max_cost=0).job_id
-    log.info("probe job %s: %d frames", job_id, len(frames))
+    say(
+        f"probe job {job_id}: {len(frames)} frames at the job's settings (cancelled if not done "
+        f"in {timeout_s / 60:.0f} min; Ctrl-C cancels it)"
+    )
     deadline = started + timeout_s
-    while True:
-        state = ledger.job(job_id).get("state", "")
-        if state in ENDED:
-            break
-        if time.monotonic() > deadline:
+    try:
+        while True:
+            state = ledger.job(job_id).get("state", "")
+            if state in ENDED:
+                break
+            if time.monotonic() > deadline:
+                raise FarmError(f"the probe job {job_id} did not finish in {timeout_s:.0f} s")
+            time.sleep(0.5)
+    except BaseException:
+        if ledger.job(job_id).get("state", "") not in ENDED:
             ledger.cancel_job(job_id)
-            raise FarmError(f"the probe job {job_id} did not finish in {timeout_s:.0f} s")
-        time.sleep(0.5)
+        raise
     if state != "done":
         raise FarmError(f"the probe job {job_id} {state}: {ledger.job(job_id).get('error', '')}")
-    chunk = ledger.chunk(job_id, 0)
-    m = probe_measurement(chunk, len(frames), f"probe job {job_id}, {len(frames)} frames")
+    m = measured(ledger.chunks(job_id), f"probe job {job_id}, {len(frames)} frames")
     spent = cost.job_cost(ledger.cost_record(job_id)).spent
     return job_id, m, spent, time.monotonic() - started
