@@ -120,7 +120,7 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
 
 
 @cli.command()
-@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
@@ -232,7 +232,9 @@ def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
     """Show each attempt's Blender/ffmpeg log from the object store."""
     from farm.store import Store
 
-    store = Store.from_settings(command_settings(ctx).require_farm())
+    settings = command_settings(ctx).require_farm()
+    _job_or_fail(Ledger.from_url(settings.redis_url), job_id)
+    store = Store.from_settings(settings)
     prefix = keys.job_prefix(job_id) + "logs/" + (f"{chunk:05d}-" if chunk is not None else "")
     found = store.keys(prefix)
     if not found:

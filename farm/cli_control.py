@@ -56,7 +56,7 @@ def priority(ctx: click.Context, job_id: str, priority: int) -> None:
 @click.command()
 @click.argument("job_id", required=False)
 @click.option("--interval-s", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
-@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @click.pass_context
 def watch(ctx: click.Context, job_id: str | None, interval_s: float, limit: int) -> None:
     """A live view of the farm's jobs, or of one job (chunks, workers, ETA, cost); Ctrl-C ends."""

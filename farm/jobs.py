@@ -16,6 +16,7 @@ from farm.ledger import Ledger
 from farm.pipeline import first_phase, kind_of, waiting_for
 from farm.settings import Settings
 from farm.spec import JobSpec
+from farm.state import ENDED
 from farm.store import Store
 
 log = logging.getLogger(__name__)
@@ -221,9 +222,11 @@ def reprioritize(settings: Settings, job_id: str, priority: int) -> int:
     messages, when they come up, find their chunk claimed or still waiting; either is fine)."""
     ledger = Ledger.from_url(settings.redis_url)
     job = _job_or_fail(ledger, job_id)
+    if job.get("state") in ENDED:
+        raise FarmError(f"job {job_id} is {job['state']}: it has no chunk left to run")
     ledger.set_priority(job_id, priority)
     if job.get("state") not in ("queued", "running"):
-        return 0
+        return 0  # paused: its chunks are sent at the new priority when it resumes
     return resend_waiting(settings, ledger, job_id)
 
 

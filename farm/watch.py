@@ -30,16 +30,34 @@ def summarize(ledger: Ledger, job_id: str, with_chunks: bool = True) -> dict[str
     return summary
 
 
-def workers_table(workers: dict[str, dict[str, Any]]) -> Table:
+ACTIVE = ("rendering", "encoding", "transcoding")
+"""Chunk states in which a worker holds the chunk (farm.state)."""
+
+
+def workers_table(
+    workers: dict[str, dict[str, Any]], chunks: list[dict[str, Any]] | None = None
+) -> Table:
+    """The live workers; with a job's `chunks`, what each does of that job ("rendering chunk 3")
+    or that it does nothing of it; without, only whether it is up or draining."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left")
     for name in ("worker", "queues", "state", "seen"):
         table.add_column(name)
+    doing: dict[str, list[str]] = {}
+    for chunk in chunks or []:
+        if chunk["state"] in ACTIVE and chunk["worker"]:
+            doing.setdefault(chunk["worker"], []).append(f"{chunk['state']} chunk {chunk['index']}")
     now = time.time()
     for name, info in sorted(workers.items()):
+        if info.get("draining"):
+            state = "draining"
+        elif chunks is None:
+            state = "up"
+        else:
+            state = ", ".join(doing.get(name, [])) or "none of this job"
         table.add_row(
             name,
             ",".join(info.get("queues", [])),
-            "draining" if info.get("draining") else "ready",
+            state,
             f"{now - float(info.get('seen', now)):.0f}s ago",
         )
     return table
@@ -51,7 +69,7 @@ def job_view(summary: dict[str, Any], workers: dict[str, dict[str, Any]]) -> Gro
         f"{progress_line(summary)}  priority {summary['priority']}",
         status_table(summary),
         "",
-        workers_table(workers),
+        workers_table(workers, summary["chunks"]),
     )
 
 

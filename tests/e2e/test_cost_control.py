@@ -73,6 +73,11 @@ def test_status_wait_blocks_until_the_job_ends_with_submits_exit_codes(
     cancelled = _submit(one_worker, "--frames", "1-40", "--chunk-size", "1")
     one_worker.farm("cancel", cancelled, check=True)
     assert one_worker.farm("status", cancelled, "--wait", timeout=60).returncode == 1
+    # Nothing to reprioritise in an ended job, and an unknown job is named as one.
+    again = one_worker.farm("priority", job_id, "10")
+    assert again.returncode == 1 and f"job {job_id} is done: it has no chunk left" in again.stderr
+    unknown = one_worker.farm("logs", "j-nonesuch")
+    assert unknown.returncode == 1 and "no job j-nonesuch" in unknown.stderr
 
 
 def test_a_budget_pauses_the_job_midway_and_resume_finishes_every_frame_once(

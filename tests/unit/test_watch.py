@@ -35,6 +35,8 @@ def test_the_job_view_shows_progress_chunks_cost_and_workers() -> None:
     assert any("done" in line for line in chunk_lines)
     assert any("rendering" in line for line in chunk_lines)
     assert "w1" in text and "render" in text
+    worker_line = next(line for line in text.splitlines() if line.startswith("w1 "))
+    assert "rendering chunk 1" in worker_line  # what the worker does, not a constant "ready"
 
 
 def test_the_farm_view_lists_jobs_with_eta_and_cost() -> None:
