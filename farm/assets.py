@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -21,12 +22,18 @@ from blender_asset_tracer.trace import file_sequence
 
 from farm import keys
 from farm.errors import SpecError
+from farm.settings import default_config_path
 from farm.store import Store
 
 log = logging.getLogger(__name__)
 OUTSIDE = "_abs"
 """Tree folder for files outside the scene's folder: `_abs/<their absolute path, root stripped>`."""
 _UPLOAD_THREADS = 8
+PRIVATE_ROOTS = ("/proc", "/sys", "/dev", "/run", "/etc", "/boot")
+"""System folders no texture lives in, some of which hold secrets (/proc/self/environ)."""
+PRIVATE_HOME = (".ssh", ".aws", ".gnupg", ".netrc", ".docker", ".kube", ".azure", ".pgpass",
+                ".git-credentials", ".config/farm", ".config/gcloud")  # fmt: skip
+"""The places in a home folder where credentials live."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +154,7 @@ def trace_scene(scene: Path) -> Traced:
     """The file looked for -> how the scene names it (one line per file, however many users)."""
     remap: dict[str, str] = {}
     unremapped: dict[str, None] = {}
+    refused: dict[Path, str] = {}
     for usage in _usages(scene):
         stored = _stored(usage)
         in_scene = bpathlib.make_absolute(Path(usage.block.bfile.filepath)) == scene
@@ -163,7 +171,21 @@ def trace_scene(scene: Path) -> Traced:
             looked = bpathlib.make_absolute(Path(usage.abspath))
             missing.setdefault(looked, f"{stored} ({kind} {name!r}; looked for {looked})")
         for path in files:
+            if reason := private(path):
+                kind = usage.block.dna_type_name.lower()
+                name = usage.block_name.decode("utf-8", "replace")[2:] or "?"
+                refused.setdefault(path, f"{path} ({kind} {name!r}; {reason})")
+                continue
             local.setdefault(tree_path(path, scene_dir), path)
+    if refused:
+        # A scene from someone else can name the submitter's secrets to have them uploaded to the
+        # farm and read by its scripts: such files are never uploaded, whatever the flags.
+        names = "\n  ".join(refused.values())
+        raise SpecError(
+            f"the scene names files farm will not upload:\n  {names}\n"
+            "a scene can name private files to have them copied to the farm; remove these paths "
+            "from it (File > External Data > Report Missing Files lists its paths)"
+        )
     assets = tuple(
         Asset(path=rel, sha256=_sha256(path), size_bytes=path.stat().st_size)
         for rel, path in sorted(local.items())
@@ -176,6 +198,20 @@ def trace_scene(scene: Path) -> Traced:
         unremapped=tuple(unremapped),
     )
     return Traced(manifest=manifest, local=local)
+
+
+def private(path: Path, environ: Mapping[str, str] = os.environ) -> str:
+    """Why `path` (a file a scene uses) is never uploaded, or "": a system folder, a home's
+    credentials, the farm's own config; links are followed to what they name."""
+    real = path.resolve()
+    if any(real.is_relative_to(root) for root in PRIVATE_ROOTS):
+        return "a system folder"
+    home = Path(environ.get("HOME") or Path.home()).resolve()
+    if any(real.is_relative_to(home / place) for place in PRIVATE_HOME):
+        return "where credentials are kept"
+    if real == default_config_path(environ).resolve():
+        return "the farm's config"
+    return ""
 
 
 def _sha256(path: Path) -> str:

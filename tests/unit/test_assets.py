@@ -128,6 +128,34 @@ def test_absolute_and_outside_paths_go_under_abs_with_a_remap(tmp_path: Path) ->
     assert manifest.remap == {str(elsewhere / "abs.png"): "//" + moved}
 
 
+@pytest.mark.parametrize("where", ["ssh", "environ", "config", "linked"])
+def test_a_scene_naming_private_files_is_refused_and_nothing_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Found by review: a .blend from someone else named /etc/passwd and the farm's config as
+    images, and submit uploaded them beside the scene, where a trusted script could read them."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----")
+    config = tmp_path / "farm.json"
+    config.write_text('{"redis_url": "redis://:hunter2@db:6379/0"}')
+    (tmp_path / "innocent.png").symlink_to(home / ".ssh" / "id_ed25519")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("FARM_CONFIG", str(config))
+    named = {
+        "ssh": home / ".ssh" / "id_ed25519",
+        "environ": Path("/proc/self/environ"),
+        "config": config,
+        "linked": tmp_path / "innocent.png",
+    }[where]
+    tree = _copy(DEPS, tmp_path)
+    _set_image_path(tree / "shot.blend", b"plain", str(named).encode())
+    with pytest.raises(SpecError, match="files farm will not upload") as refused:
+        trace_scene(tree / "shot.blend")
+    assert str(named) in str(refused.value)
+    assert "image 'plain'" in str(refused.value)
+
+
 def test_upload_is_content_addressed_and_a_second_job_uploads_nothing() -> None:
     store = FakeStore()
     traced = trace_scene(DEPS / "shot.blend")
