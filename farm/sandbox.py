@@ -29,6 +29,9 @@ ENV_ALLOWED = (
     "LD_LIBRARY_PATH",
 )
 """Variables a child may inherit (farm.proc uses the same list for every child)."""
+TMPFS_BYTES = 256 * 1024 * 1024
+"""Cap on the box's RAM-backed /tmp and /run (each): a script filling them would take the host's
+memory. Blender's and Python's temporary files go to TMPDIR, on disk in the box's home."""
 HIDDEN = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
 """Files in the system dirs a worker running as root could read (their owner's bits): empty
 inside the box."""
@@ -91,6 +94,8 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
     environment is taken from (default: this process's)."""
     home = str(Path(box.writable[0]).absolute()) if box.writable else "/tmp"
     env = minimal_env(os.environ if environ is None else environ, home)
+    if box.writable:  # temporary files on disk, in the box's home (render_box makes the folder)
+        env["TMPDIR"] = f"{home}/tmp"
     env.update({k: v for k, v in box.env.items() if not forbidden(k)})
     # No capability inside, even for a worker running as root: with them a trusted scene's
     # script could remount the read-only system and its tree writable.
@@ -98,7 +103,17 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
            "--clearenv"]  # fmt: skip
     for name, value in sorted(env.items()):
         out += ["--setenv", name, value]
-    out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    out += ["--dev", "/dev", "--proc", "/proc"]
+    out += [
+        "--size",
+        str(TMPFS_BYTES),
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        str(TMPFS_BYTES),
+        "--tmpfs",
+        "/run",
+    ]
     for device in box.devices:
         out += ["--dev-bind-try", device, device]
     mounts: list[tuple[str, str]] = [("--ro-bind-try", d) for d in SYSTEM_DIRS]

@@ -37,6 +37,7 @@ def render_box(
             "scenes you trust"
         )
     program = shutil.which(settings.blender) or settings.blender
+    (workspace / "tmp").mkdir(parents=True, exist_ok=True)  # TMPDIR inside (farm.sandbox.wrap)
     return Box(
         writable=(workspace, out_dir),
         readable=(scene.parent if tree else scene, *program_dirs(program)),

@@ -139,6 +139,22 @@ def test_a_box_run_by_root_has_no_capabilities_to_undo_it(chunk: dict[str, Path]
     assert not (chunk["tree"] / "planted").exists()
 
 
+def test_the_boxs_memory_backed_folders_are_capped_and_temporary_files_go_to_disk(
+    chunk: dict[str, Path],
+) -> None:
+    """A script filling /tmp (RAM) would take the host's memory: it stops at the cap. Blender's
+    and Python's temporary files go to TMPDIR, in the box's home on disk."""
+    probe = (
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=400 2>/dev/null; du -m /tmp/fill | cut -f1; "
+        'echo "TMPDIR=$TMPDIR"; touch "$TMPDIR/scratch" && echo TEMP-OK'
+    )
+    result = run(boxed(["sh", "-c", probe], chunk, "blender"))
+    assert result.ok, "\n".join(result.tail)
+    assert int(result.tail[0]) <= 256  # of 400 MB asked for
+    assert f"TMPDIR={chunk['workspace']}/tmp" in result.tail and "TEMP-OK" in result.tail
+    assert (chunk["workspace"] / "tmp" / "scratch").exists()
+
+
 def test_box_refuses_to_render_without_bwrap(
     chunk: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

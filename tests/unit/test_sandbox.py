@@ -42,7 +42,10 @@ def test_wrap_has_no_network_a_clean_env_and_the_program_last() -> None:
     assert {"--unshare-all", "--die-with-parent", "--new-session", "--clearenv"} <= set(argv)
     assert "--share-net" not in argv
     assert argv[-4:] == ["--", "blender", "-b", "x.blend"]
-    assert flag_pairs(argv, "--setenv") == ["CUDA_VISIBLE_DEVICES", "HOME", "LANG", "PATH", "TZ"]
+    assert flag_pairs(argv, "--setenv") == [
+        "CUDA_VISIBLE_DEVICES", "HOME", "LANG", "PATH", "TMPDIR", "TZ"
+    ]  # fmt: skip
+    assert "--cap-drop" in argv and argv[argv.index("--cap-drop") + 1] == "ALL"
     assert not any("pw" in a or "FARM_" in a or "AWS_" in a for a in argv)
     assert flag_pairs(argv, "--bind") == ["/s/jobs/j/frames", "/s/jobs/j/render-00001"]
     assert "/s/jobs/j/tree" in flag_pairs(argv, "--ro-bind")
