@@ -135,6 +135,15 @@ def test_worker_reserves_gpus_with_video_and_waits_out_a_spot_notice(
     assert "STOPSIGNAL SIGTERM" in DOCKERFILE.read_text()
 
 
+def test_the_worker_container_caps_its_processes_where_the_box_cannot(
+    compose: dict[str, Any],
+) -> None:
+    """A trusted scene's fork bomb stops at the container's cap, in compose and on AWS alike."""
+    assert compose["services"]["worker"]["pids_limit"] == 4096
+    user_data = (TERRAFORM_DIR / "modules/workers/user-data.sh.tftpl").read_text()
+    assert "--cap-drop ALL --pids-limit 4096 " in user_data
+
+
 def test_compose_uses_the_farm_settings_names(compose: dict[str, Any]) -> None:
     env = compose["x-farm-env"]
     expected = {"FARM_REDIS_URL", "FARM_S3_ENDPOINT", "FARM_S3_REGION", "FARM_S3_BUCKET"}
