@@ -30,7 +30,10 @@ OUTSIDE = "_abs"
 """Tree folder for files outside the scene's folder: `_abs/<their absolute path, root stripped>`."""
 _UPLOAD_THREADS = 8
 PRIVATE_ROOTS = ("/proc", "/sys", "/dev", "/run", "/etc", "/boot")
-"""System folders no texture lives in, some of which hold secrets (/proc/self/environ)."""
+"""System folders no texture lives in, some of which hold secrets (/proc/self/environ,
+/run/secrets)..."""
+MEDIA = "/run/media"
+"""... but for where a desktop mounts a removable drive, which may well hold a project."""
 PRIVATE_HOME = (".ssh", ".aws", ".gnupg", ".netrc", ".docker", ".kube", ".azure", ".pgpass",
                 ".git-credentials", ".config/farm", ".config/gcloud")  # fmt: skip
 """The places in a home folder where credentials live."""
@@ -204,7 +207,7 @@ def private(path: Path, environ: Mapping[str, str] = os.environ) -> str:
     """Why `path` (a file a scene uses) is never uploaded, or "": a system folder, a home's
     credentials, the farm's own config; links are followed to what they name."""
     real = path.resolve()
-    if any(real.is_relative_to(root) for root in PRIVATE_ROOTS):
+    if any(real.is_relative_to(root) for root in PRIVATE_ROOTS) and not real.is_relative_to(MEDIA):
         return "a system folder"
     home = Path(environ.get("HOME") or Path.home()).resolve()
     if any(real.is_relative_to(home / place) for place in PRIVATE_HOME):

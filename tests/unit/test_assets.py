@@ -18,6 +18,7 @@ from farm import keys
 from farm.assets import (
     Asset,
     Manifest,
+    private,
     require_complete,
     safe_relative,
     trace_scene,
@@ -154,6 +155,11 @@ def test_a_scene_naming_private_files_is_refused_and_nothing_is_read(
         trace_scene(tree / "shot.blend")
     assert str(named) in str(refused.value)
     assert "image 'plain'" in str(refused.value)
+
+
+def test_a_drive_a_desktop_mounted_is_no_system_folder() -> None:
+    assert private(Path("/run/media/artist/projects/tex/wood.png")) == ""
+    assert private(Path("/run/secrets/db_password")) == "a system folder"
 
 
 def test_upload_is_content_addressed_and_a_second_job_uploads_nothing() -> None:
