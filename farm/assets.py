@@ -147,9 +147,10 @@ def _usages(scene: Path) -> Iterator[trace.result.BlockUsage]:
         bat.close_all_cached()
 
 
-def trace_scene(scene: Path) -> Traced:
+def trace_scene(scene: Path, config: Path | None = None) -> Traced:
     """Every file `scene` uses, recursively through linked libraries; packed ones stay inside.
-    Hashes each file once. Missing files are listed, not raised (see `require_complete`)."""
+    Hashes each file once. Missing files are listed, not raised (see `require_complete`); private
+    ones (`private`; `config`: the farm config this command reads) are refused."""
     scene = bpathlib.make_absolute(scene)
     scene_dir = scene.parent
     local: dict[str, Path] = {}
@@ -174,7 +175,7 @@ def trace_scene(scene: Path) -> Traced:
             looked = bpathlib.make_absolute(Path(usage.abspath))
             missing.setdefault(looked, f"{stored} ({kind} {name!r}; looked for {looked})")
         for path in files:
-            if reason := private(path):
+            if reason := private(path, config=config):
                 kind = usage.block.dna_type_name.lower()
                 name = usage.block_name.decode("utf-8", "replace")[2:] or "?"
                 refused.setdefault(path, f"{path} ({kind} {name!r}; {reason})")
@@ -203,18 +204,30 @@ def trace_scene(scene: Path) -> Traced:
     return Traced(manifest=manifest, local=local)
 
 
-def private(path: Path, environ: Mapping[str, str] = os.environ) -> str:
+def private(path: Path, environ: Mapping[str, str] = os.environ, config: Path | None = None) -> str:
     """Why `path` (a file a scene uses) is never uploaded, or "": a system folder, a home's
-    credentials, the farm's own config; links are followed to what they name."""
+    credentials, the farm's own config (`config`: the one this command reads, when not the
+    default); links are followed to what they name."""
     real = path.resolve()
-    if any(real.is_relative_to(root) for root in PRIVATE_ROOTS) and not real.is_relative_to(MEDIA):
+    if any(real.is_relative_to(root) for root in PRIVATE_ROOTS) and not _mounted(real):
         return "a system folder"
-    home = Path(environ.get("HOME") or Path.home()).resolve()
-    if any(real.is_relative_to(home / place) for place in PRIVATE_HOME):
+    home = Path(environ.get("HOME") or Path.home())
+    if any(real.is_relative_to((home / place).resolve()) for place in PRIVATE_HOME):
         return "where credentials are kept"
-    if real == default_config_path(environ).resolve():
+    configs = {default_config_path(environ), *([config] if config else [])}
+    if any(real == c.expanduser().resolve() for c in configs):
         return "the farm's config"
     return ""
+
+
+def _mounted(real: Path) -> bool:
+    """Under /run, where a desktop mounts drives and shares: a removable drive (/run/media/USER),
+    a network share opened in the file manager (/run/user/UID/gvfs), a sandboxed app's files
+    (/run/user/UID/doc)."""
+    parts = real.parts
+    return real.is_relative_to(MEDIA) or (
+        parts[1:3] == ("run", "user") and len(parts) > 4 and parts[4] in ("gvfs", "doc")
+    )
 
 
 def _sha256(path: Path) -> str:

@@ -145,8 +145,9 @@ def submit(
         scene_flags = {"frames": frames, "resolution": resolution, "fps": fps,
                        "samples": samples, "engine": engine, "camera": camera}  # fmt: skip
         spec, traced = _render_spec(
-            path, scene_flags, chunk_size=chunk_size, codec=codec, allow_missing=allow_missing
-        )
+            path, scene_flags, chunk_size=chunk_size, codec=codec, allow_missing=allow_missing,
+            config=ctx.meta.get("config_path"),
+        )  # fmt: skip
         spec = replace(spec, trusted_scripts=trusted_scripts)
     settings = loaded.require_farm()
     if estimate:
@@ -199,7 +200,13 @@ def _webhook_url(value: str | None) -> str | None:
 
 
 def _render_spec(
-    path: Path, scene_flags: dict[str, Any], *, chunk_size: str, codec: str, allow_missing: bool
+    path: Path,
+    scene_flags: dict[str, Any],
+    *,
+    chunk_size: str,
+    codec: str,
+    allow_missing: bool,
+    config: Path | None = None,
 ) -> tuple[JobSpec, Traced]:
     """The scene's own settings, `scene_flags` (those given) over them, and every file it uses; SpecError (exit 2)
     for a damaged file or missing files, before anything is queued."""
@@ -217,7 +224,7 @@ def _render_spec(
         )
         if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
             click.echo(f"note: {note}", err=True)
-        traced = trace_scene(path)
+        traced = trace_scene(path, config)
     finally:
         close_all_cached()
     require_complete(traced.manifest, allow_missing=allow_missing)

@@ -144,6 +144,8 @@ def measured(chunks: list[dict[str, str]], source: str) -> Measurement:
         if json.loads(c.get("frames") or "[]")
     ]
     frames = sum(n for _, n in parts)
+    if not frames:
+        raise FarmError(f"{source} ended with no frames to time")
     return Measurement(
         startup_s=sum(m.startup_s for m, _ in parts) / len(parts),
         frame_s=sum(m.frame_s * n for m, n in parts) / frames,
@@ -191,8 +193,11 @@ def probe(
                 raise FarmError(f"the probe job {job_id} did not finish in {timeout_s:.0f} s")
             time.sleep(0.5)
     except BaseException:
-        if ledger.job(job_id).get("state", "") not in ENDED:
-            ledger.cancel_job(job_id)
+        try:
+            if ledger.job(job_id).get("state", "") not in ENDED:
+                ledger.cancel_job(job_id)
+        except FarmError:  # Redis gone too: say what to run, keep the first error
+            say(f"the probe job {job_id} may still run: `farm cancel {job_id}` stops it")
         raise
     if state != "done":
         raise FarmError(f"the probe job {job_id} {state}: {ledger.job(job_id).get('error', '')}")

@@ -134,6 +134,7 @@ def reopen(
     job = ledger.job(job_id)
     if not job:
         raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+    ledger.check_reopen(job_id, every_unfinished=every_unfinished)  # before the scene changes
     if scene is not None:
         store = Store.from_settings(settings)
         source_key, _, _ = store.put_content_addressed(

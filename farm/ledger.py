@@ -303,21 +303,23 @@ class Ledger(JobRecords, FleetRecords):
                 cancelled.append(index)
         return cancelled
 
+    def check_reopen(self, job_id: str, *, every_unfinished: bool) -> None:
+        """LedgerError when a retry would leave the job running with chunks that never end."""
+        if every_unfinished or self.job(job_id).get("state") not in ENDED:
+            return
+        cancelled = [c for c in self.chunks(job_id) if c.get("state") == ChunkState.CANCELLED]
+        if cancelled:
+            raise LedgerError(
+                f"job {job_id} has {len(cancelled)} cancelled chunks, which a retry of its "
+                f"failed chunks would leave cancelled: `farm retry {job_id} --all` runs them again"
+            )
+
     def reopen_job(self, job_id: str, *, every_unfinished: bool) -> list[int]:
         """Back to running: failed chunks (or every unfinished one) queued with a fresh budget.
         Returns the chunks that now wait for work (queued or interrupted). A cancelled chunk
         runs again only with `every_unfinished`: without it the job would run with chunks that
         never end, so that retry is refused."""
-        if not every_unfinished and self.job(job_id).get("state") in ENDED:
-            cancelled = [
-                c["index"] for c in self.chunks(job_id) if c.get("state") == ChunkState.CANCELLED
-            ]
-            if cancelled:
-                raise LedgerError(
-                    f"job {job_id} has {len(cancelled)} cancelled chunks, which a retry of its "
-                    f"failed chunks would leave cancelled: `farm retry {job_id} --all` runs them "
-                    "again"
-                )
+        self.check_reopen(job_id, every_unfinished=every_unfinished)
         move = self.move_job(job_id, JobState.RUNNING, error="", finished="")
         if not move.moved:
             raise LedgerError(

@@ -7,8 +7,10 @@ other jobs) is visible and the environment carries no farm credential.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +55,8 @@ class Box:
     bwrap: str = "bwrap"
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra variables for the program (filtered like the inherited ones)."""
+    tmpfs_bytes: int = TMPFS_BYTES
+    """Cap on /tmp and /run; 0: none (a bwrap before 0.7 has no --size; see `tmpfs_cap`)."""
 
 
 def minimal_env(source: Mapping[str, str], home: str = "") -> dict[str, str]:
@@ -104,16 +108,8 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
     for name, value in sorted(env.items()):
         out += ["--setenv", name, value]
     out += ["--dev", "/dev", "--proc", "/proc"]
-    out += [
-        "--size",
-        str(TMPFS_BYTES),
-        "--tmpfs",
-        "/tmp",
-        "--size",
-        str(TMPFS_BYTES),
-        "--tmpfs",
-        "/run",
-    ]
+    for folder in ("/tmp", "/run"):
+        out += [*(["--size", str(box.tmpfs_bytes)] if box.tmpfs_bytes else []), "--tmpfs", folder]
     for device in box.devices:
         out += ["--dev-bind-try", device, device]
     mounts: list[tuple[str, str]] = [("--ro-bind-try", d) for d in SYSTEM_DIRS]
@@ -126,6 +122,17 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
         out += ["--ro-bind", "/dev/null", secret]
     out += ["--chdir", home, "--", *argv]
     return out
+
+
+@functools.cache
+def tmpfs_cap(bwrap: str) -> int:
+    """TMPFS_BYTES where this bwrap can cap a tmpfs (`--size`, bubblewrap 0.7 and later), else 0:
+    Ubuntu 22.04's 0.6 would refuse every box with it."""
+    done = subprocess.run(
+        [bwrap, "--size", "1", "--tmpfs", "/tmp", "--ro-bind", "/", "/", "true"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    return TMPFS_BYTES if done.returncode == 0 else 0
 
 
 def unwrapped_returncode(returncode: int) -> int:

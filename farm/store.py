@@ -201,7 +201,10 @@ class Store:
                     "ETag"
                 ]
                 return etag
-            self.s3.upload_fileobj(body, self.bucket, key, Config=_TRANSFER, ExtraArgs=extra)
+            # The open file's own inode, streamed in parallel parts as upload_file does (a file
+            # object would be buffered in memory, 10 parts at a time).
+            inode = f"/proc/self/fd/{body.fileno()}"
+            self.s3.upload_file(inode, self.bucket, key, Config=_TRANSFER, ExtraArgs=extra)
             etag = self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
         return etag
 

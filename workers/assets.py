@@ -82,6 +82,11 @@ class AssetCache:
                 break
             if name in keep or (spare_s and mtime > recent):
                 continue
+            try:  # used since the listing (a chunk fetched it): it stays
+                if spare_s and (self.root / name).stat().st_mtime > recent:
+                    continue
+            except FileNotFoundError:
+                continue
             (self.root / name).unlink(missing_ok=True)
             total -= size
             removed.append(name)

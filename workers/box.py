@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from farm.errors import ConfigError, PermanentError
-from farm.sandbox import Box, gpu_devices, program_dirs
+from farm.sandbox import Box, gpu_devices, program_dirs, tmpfs_cap
 from farm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,13 +43,17 @@ def render_box(
         readable=(scene.parent if tree else scene, *program_dirs(program)),
         devices=gpu_devices(),
         bwrap=bwrap,
+        tmpfs_bytes=tmpfs_cap(bwrap),
     )
 
 
 def check_host(settings: Settings, queues: list[str]) -> None:
     """A worker that would render without a box refuses to start (ConfigError), rather than
     failing each chunk it takes."""
-    if "render" in queues and settings.sandbox == "bwrap" and shutil.which("bwrap") is None:
+    bwrap = shutil.which("bwrap")
+    if "render" in queues and settings.sandbox == "bwrap" and bwrap and not tmpfs_cap(bwrap):
+        log.warning("this bwrap has no --size (bubblewrap 0.7+): the box's /tmp is not capped")
+    if "render" in queues and settings.sandbox == "bwrap" and bwrap is None:
         raise ConfigError(
             "bwrap is not installed, so this worker will not render untrusted scenes: install "
             "bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that "

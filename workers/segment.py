@@ -27,7 +27,7 @@ def _linked(local: Path, target: Path) -> bool:
     symlink there (a trusted scene swapped the frame for a link to a host file) is not a frame."""
     try:
         os.link(local, target, follow_symlinks=False)
-    except FileNotFoundError:
+    except OSError:  # not there, a folder, a file system without hard links: the store has it
         return False
     return not target.is_symlink() and target.is_file()
 

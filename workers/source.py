@@ -17,8 +17,11 @@ def fetch_source(ctx: WorkerContext, key: str) -> Path:
     size = ctx.store.size(key)
     if size is None:
         raise PermanentError(f"{key} is missing from the store; submit the job again")
-    if not local.exists() or local.stat().st_size != size:
-        ctx.store.get_file(key, local)
-    else:
-        os.utime(local)  # the cache's LRU clock (workers.janitor evicts by it)
+    try:
+        if local.stat().st_size == size:
+            os.utime(local)  # the cache's LRU clock (workers.janitor evicts by it)
+            return local
+    except FileNotFoundError:  # not cached, or evicted between the look and the touch
+        pass
+    ctx.store.get_file(key, local)
     return local

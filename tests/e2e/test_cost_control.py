@@ -73,6 +73,12 @@ def test_status_wait_blocks_until_the_job_ends_with_submits_exit_codes(
     cancelled = _submit(one_worker, "--frames", "1-40", "--chunk-size", "1")
     one_worker.farm("cancel", cancelled, check=True)
     assert one_worker.farm("status", cancelled, "--wait", timeout=60).returncode == 1
+    assert one_worker.farm("status", cancelled, "--wait", "--json", timeout=60).returncode == 1
+    # A plain retry of the cancelled job is refused before it touches the job's scene.
+    source = one_worker.ledger().job(cancelled)["source_key"]
+    plain = one_worker.farm("retry", cancelled, "--scene", str(DEMO.with_name("textured.blend")))
+    assert plain.returncode == 1 and f"farm retry {cancelled} --all" in plain.stderr
+    assert one_worker.ledger().job(cancelled)["source_key"] == source
     # Nothing to reprioritise in an ended job, and an unknown job is named as one.
     again = one_worker.farm("priority", job_id, "10")
     assert again.returncode == 1 and f"job {job_id} is done: it has no chunk left" in again.stderr

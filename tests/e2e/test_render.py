@@ -41,6 +41,10 @@ def test_demo_scene_renders_into_a_video_with_every_frame(
     assert summary["state"] == "done"
     assert summary["chunks_done"] == summary["chunks_total"] and summary["frames_total"] == 48
     assert local_farm.planned_chunks(job_id) == 6
+    # Each worker renders and encodes: the segment links the frames it rendered (checked links,
+    # never followed), it downloads none.
+    chunks = local_farm.ledger().chunks(job_id)
+    assert [int(c["frames_fetched_bytes"]) for c in chunks] == [0] * len(chunks)
 
     stream = _video(local_farm, job_id, tmp_path)
     assert int(stream["nb_read_frames"]) == 48  # type: ignore[call-overload]

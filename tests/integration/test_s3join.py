@@ -5,7 +5,9 @@ them here), and no upload left behind when it fails."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -363,3 +365,26 @@ def test_manifests_without_an_etag_are_joined_here() -> None:
     ref = SegmentRef(index=0, key="k", size_bytes=10 << 20, sha256="", frames=8, fps=FPS,
                      encoder={"name": "libx264"}, first=(0, 0))  # fmt: skip
     assert "no ETag" in s3join.unfit([ref, ref])
+
+
+@pytest.mark.parametrize("size", [1000, 70 * 1024 * 1024], ids=["one-put", "multipart"])
+def test_an_open_frame_is_stored_as_opened_whatever_its_name_points_to_by_then(
+    store: Store, tmp_path: Path, size: int
+) -> None:
+    """workers.box.open_boxed then Store.put_open: a box script that swaps the frame for a link to
+    a host file after it was opened and checked gets the checked bytes stored, in one PUT and in
+    parallel parts alike (those read the open file's own inode)."""
+    from workers.box import open_boxed
+
+    frame, secret = tmp_path / "frame_000001.exr", tmp_path / "config.json"
+    frame.write_bytes(os.urandom(size))
+    secret.write_text('{"redis_password": "hunter2"}')
+    with open_boxed(frame) as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        frame.unlink()
+        frame.symlink_to(secret)
+        store.put_open(f"t/{size}", fh, intermediate=True)
+    back = tmp_path / "back"
+    store.get_file(f"t/{size}", back)
+    assert back.stat().st_size == size
+    assert hashlib.sha256(back.read_bytes()).hexdigest() == digest

@@ -157,9 +157,19 @@ def test_a_scene_naming_private_files_is_refused_and_nothing_is_read(
     assert "image 'plain'" in str(refused.value)
 
 
-def test_a_drive_a_desktop_mounted_is_no_system_folder() -> None:
+def test_a_drive_or_share_a_desktop_mounted_is_no_system_folder(tmp_path: Path) -> None:
     assert private(Path("/run/media/artist/projects/tex/wood.png")) == ""
+    assert private(Path("/run/user/1000/gvfs/smb-share:server=nas,share=proj/tex/a.png")) == ""
+    assert private(Path("/run/user/1000/doc/1a2b3c/wood.png")) == ""
     assert private(Path("/run/secrets/db_password")) == "a system folder"
+    assert private(Path("/run/user/1000/keyring/control")) == "a system folder"
+    # The config this command reads (farm --config PATH), and a ~/.ssh that is a link elsewhere.
+    config = tmp_path / "studio-farm.json"
+    assert private(config, environ={"HOME": str(tmp_path)}, config=config) == "the farm's config"
+    dotfiles = tmp_path / "dotfiles" / "ssh"
+    dotfiles.mkdir(parents=True)
+    (tmp_path / ".ssh").symlink_to(dotfiles)
+    assert private(dotfiles / "id_rsa", environ={"HOME": str(tmp_path)}) != ""
 
 
 def test_upload_is_content_addressed_and_a_second_job_uploads_nothing() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.sandbox import Box, minimal_env, unwrapped_returncode, wrap
+from farm.sandbox import Box, minimal_env, tmpfs_cap, unwrapped_returncode, wrap
 
 WORKER_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -64,3 +64,17 @@ def test_a_signal_inside_the_box_reads_as_that_signal() -> None:
     assert unwrapped_returncode(137) == -9
     assert unwrapped_returncode(-15) == -15  # bwrap itself stopped
     assert unwrapped_returncode(3) == 3 and unwrapped_returncode(0) == 0
+
+
+def test_a_bwrap_without_size_gets_an_uncapped_tmp_rather_than_no_box(tmp_path: Path) -> None:
+    """Ubuntu 22.04's bubblewrap 0.6 refuses --size: every render would fail with it."""
+    old = tmp_path / "bwrap"
+    old.write_text(
+        '#!/bin/sh\ncase "$*" in *--size*) echo "Unknown option --size" >&2; exit 1;; esac\n'
+    )
+    old.chmod(0o755)
+    assert tmpfs_cap(str(old)) == 0
+    argv = wrap(["true"], Box(writable=(tmp_path,), bwrap=str(old), tmpfs_bytes=0), environ={})
+    assert "--size" not in argv and argv.count("--tmpfs") == 2
+    capped = wrap(["true"], Box(writable=(tmp_path,)), environ={})
+    assert capped[capped.index("--size") + 1] == str(256 * 1024 * 1024)
