@@ -159,6 +159,7 @@ def trace_scene(scene: Path, config: Path | None = None) -> Traced:
     remap: dict[str, str] = {}
     unremapped: dict[str, None] = {}
     refused: dict[Path, str] = {}
+    places = Private.of(config=config)
     for usage in _usages(scene):
         stored = _stored(usage)
         in_scene = bpathlib.make_absolute(Path(usage.block.bfile.filepath)) == scene
@@ -175,7 +176,7 @@ def trace_scene(scene: Path, config: Path | None = None) -> Traced:
             looked = bpathlib.make_absolute(Path(usage.abspath))
             missing.setdefault(looked, f"{stored} ({kind} {name!r}; looked for {looked})")
         for path in files:
-            if reason := private(path, config=config):
+            if reason := places.reason(path):
                 kind = usage.block.dna_type_name.lower()
                 name = usage.block_name.decode("utf-8", "replace")[2:] or "?"
                 refused.setdefault(path, f"{path} ({kind} {name!r}; {reason})")
@@ -204,20 +205,37 @@ def trace_scene(scene: Path, config: Path | None = None) -> Traced:
     return Traced(manifest=manifest, local=local)
 
 
+@dataclass(frozen=True, slots=True)
+class Private:
+    """The places a scene's files are never uploaded from, resolved once per trace."""
+
+    credentials: tuple[Path, ...]
+    configs: frozenset[Path]
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str] = os.environ, config: Path | None = None) -> Private:
+        home = Path(environ.get("HOME") or Path.home())
+        configs = {default_config_path(environ), *([config] if config else [])}
+        return cls(
+            credentials=tuple((home / place).resolve() for place in PRIVATE_HOME),
+            configs=frozenset(c.expanduser().resolve() for c in configs),
+        )
+
+    def reason(self, path: Path) -> str:
+        """Why `path` (a file a scene uses) is never uploaded, or "": a system folder, a home's
+        credentials, the farm's own config; links are followed to what they name."""
+        real = path.resolve()
+        if any(real.is_relative_to(root) for root in PRIVATE_ROOTS) and not _mounted(real):
+            return "a system folder"
+        if any(real.is_relative_to(place) for place in self.credentials):
+            return "where credentials are kept"
+        return "the farm's config" if real in self.configs else ""
+
+
 def private(path: Path, environ: Mapping[str, str] = os.environ, config: Path | None = None) -> str:
-    """Why `path` (a file a scene uses) is never uploaded, or "": a system folder, a home's
-    credentials, the farm's own config (`config`: the one this command reads, when not the
-    default); links are followed to what they name."""
-    real = path.resolve()
-    if any(real.is_relative_to(root) for root in PRIVATE_ROOTS) and not _mounted(real):
-        return "a system folder"
-    home = Path(environ.get("HOME") or Path.home())
-    if any(real.is_relative_to((home / place).resolve()) for place in PRIVATE_HOME):
-        return "where credentials are kept"
-    configs = {default_config_path(environ), *([config] if config else [])}
-    if any(real == c.expanduser().resolve() for c in configs):
-        return "the farm's config"
-    return ""
+    """`Private.reason` for one file (`config`: the one this command reads, when not the
+    default)."""
+    return Private.of(environ, config).reason(path)
 
 
 def _mounted(real: Path) -> bool:

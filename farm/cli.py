@@ -109,15 +109,13 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
     summary["settings"] = provenance(JobSpec.from_json(summary["spec"])) if summary["spec"] else {}
     if as_json:
         click.echo(json.dumps(summary))
-        if wait:  # the same exit codes as submit --wait
-            ctx.exit(0 if summary["state"] == "done" else 1)
-        return
-    click.echo(to_text(status_table(summary)))
-    if summary["settings"]:
-        click.echo(settings_text(summary["settings"]))
-    for missing in summary["spec"].get("missing_assets", []):
-        click.echo(f"  missing at submit (--allow-missing): {missing}")
-    if wait:
+    else:
+        click.echo(to_text(status_table(summary)))
+        if summary["settings"]:
+            click.echo(settings_text(summary["settings"]))
+        for missing in summary["spec"].get("missing_assets", []):
+            click.echo(f"  missing at submit (--allow-missing): {missing}")
+    if wait:  # the same exit codes as submit --wait
         ctx.exit(0 if summary["state"] == "done" else 1)
 
 

@@ -138,11 +138,8 @@ def probe_measurement(chunk: dict[str, str], frames: int, source: str) -> Measur
 def measured(chunks: list[dict[str, str]], source: str) -> Measurement:
     """S and F of a probe job from every chunk it ended with: an idle worker may have split its
     one chunk, and each part paid its own start-up for its own frames."""
-    parts = [
-        (probe_measurement(c, len(json.loads(c["frames"])), source), len(json.loads(c["frames"])))
-        for c in chunks
-        if json.loads(c.get("frames") or "[]")
-    ]
+    counts = [(c, len(json.loads(c.get("frames") or "[]"))) for c in chunks]
+    parts = [(probe_measurement(c, n, source), n) for c, n in counts if n]
     frames = sum(n for _, n in parts)
     if not frames:
         raise FarmError(f"{source} ended with no frames to time")

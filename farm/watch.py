@@ -14,6 +14,7 @@ from rich.table import Table
 
 from farm.cost import money
 from farm.ledger import Ledger
+from farm.pipeline import running_states
 from farm.report import eta_s, job_summary, progress_line, status_table
 
 
@@ -30,10 +31,6 @@ def summarize(ledger: Ledger, job_id: str, with_chunks: bool = True) -> dict[str
     return summary
 
 
-ACTIVE = ("rendering", "encoding", "transcoding")
-"""Chunk states in which a worker holds the chunk (farm.state)."""
-
-
 def workers_table(
     workers: dict[str, dict[str, Any]], chunks: list[dict[str, Any]] | None = None
 ) -> Table:
@@ -43,8 +40,9 @@ def workers_table(
     for name in ("worker", "queues", "state", "seen"):
         table.add_column(name)
     doing: dict[str, list[str]] = {}
+    held = running_states()
     for chunk in chunks or []:
-        if chunk["state"] in ACTIVE and chunk["worker"]:
+        if chunk["state"] in held and chunk["worker"]:
             doing.setdefault(chunk["worker"], []).append(f"{chunk['state']} chunk {chunk['index']}")
     now = time.time()
     for name, info in sorted(workers.items()):

@@ -77,12 +77,12 @@ class AssetCache:
             entries.append((st.st_mtime, entry.name, st.st_size))
         total = sum(e[2] for e in entries)
         removed = []
-        for mtime, name, size in sorted(entries):
+        for _, name, size in sorted(entries):
             if total <= self.cap_bytes:
                 break
-            if name in keep or (spare_s and mtime > recent):
+            if name in keep:
                 continue
-            try:  # used since the listing (a chunk fetched it): it stays
+            try:  # its time now, not the listing's: a chunk may have used it since
                 if spare_s and (self.root / name).stat().st_mtime > recent:
                     continue
             except FileNotFoundError:
