@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     warm_blender_s: float = Field(30.0, ge=0)
     """How long a worker keeps its Blender, with a job's scene open, after a chunk for that job's
     next chunk (workers.warm); 0: a new Blender for every chunk."""
+    ready_blender: bool = True
+    """An idle render worker keeps a Blender started ahead of any job (its start-up done, no
+    scene open) for the next job's first chunk here (workers.warm); about 250 MB of memory."""
     encode_alongside: Literal["auto", "on", "off"] = "auto"
     """Encode a rendered chunk's segment beside the next render on this worker (workers.alongside)
     instead of before it: `auto` where the encoder is NVENC, which leaves the GPU's render engine

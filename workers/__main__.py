@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -30,7 +31,7 @@ from farm.ledger import Ledger
 from farm.pipeline import Queue
 from farm.settings import Settings, load_settings
 from farm.store import Store
-from workers import alongside, gpu, janitor, splitter
+from workers import alongside, gpu, janitor, render, splitter
 from workers.box import check_host
 from workers.context import WorkerContext
 from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
@@ -79,6 +80,10 @@ def build_context(
             else None
         ),
     )
+    if ctx.warm is not None and settings.ready_blender:
+        ctx.warm.keep_ready(
+            lambda: render.ready_blender(ctx), quiet=lambda: not ctx.jobs_here.running()
+        )
     if ctx.warm is not None:
         # Once it takes no new chunk (spot notice, rebalance, SIGTERM) no chunk will come for an
         # idle Blender; the chunk in hand keeps its own to the end.
@@ -180,6 +185,9 @@ def main(
     if ctx.wakeups is not None:
         ctx.wakeups.start()
     _start_heartbeat(ctx, queues)
+    if ctx.warm is not None:  # a job's first chunk here starts on it (workers.warm)
+        shutil.rmtree(ctx.scratch / "ready", ignore_errors=True)  # an earlier run's
+        ctx.warm.prestart_soon(0)
     splitter.start(ctx)  # no idle tail: split a running chunk when there is nothing to take
     janitor.start(ctx)  # the folders of ended jobs go: weeks of jobs do not fill the disk
     log.info("worker %s serving %s (Cycles: %s, NVENC: %s, encodes %s)", name, ",".join(queues),

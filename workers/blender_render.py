@@ -80,6 +80,10 @@ def announce(kind: str, nonce: str, **fields: Any) -> None:
     print(f"FARM-{kind} {nonce} {json.dumps(fields, sort_keys=True)}", flush=True)
 
 
+SERVING = "FARM-SERVING"
+"""A serve-mode script's first line."""
+
+
 def job_path(argv: list[str]) -> str:
     """`--job PATH`, after a `--` when run inside the blender binary."""
     args = argv[argv.index("--") + 1 :] if "--" in argv else argv[1:]
@@ -98,6 +102,7 @@ def main(argv: list[str]) -> None:
         print("FARM-CAPS " + json.dumps(capabilities(bpy), sort_keys=True), flush=True)
         return
     if "--serve" in argv:
+        print(SERVING, flush=True)  # running, its box set up (workers.warm); bpy loads next
         import bpy
 
         serve(bpy, sys.stdin)

@@ -11,6 +11,7 @@ import logging
 import os
 import queue
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from farm.errors import FarmError, PermanentError, StoreRefused, TransientError
 from farm.ledger import Ledger
 from farm.pipeline import PHASES, Phase
 from farm.proc import Result, run
+from farm.sandbox import wrap
 from farm.spec import JobSpec
 from farm.store import Store
 from workers import autochunk, blender, spot, thumbnail
@@ -31,6 +33,10 @@ from workers.attempt import ChunkAttempt, Outcome
 from workers.box import open_boxed, render_box
 from workers.context import WorkerContext
 from workers.source import fetch_source
+from workers.warm import Ready, Start
+
+READY_FOLDERS = ("blender", "frames", "tree")
+"""A job's folders a Blender's box binds (home, output, scene tree): a ready Blender's too."""
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +173,8 @@ def render_frames(attempt: ChunkAttempt) -> Outcome:
     ctx, job, job_id, index = attempt.ctx, attempt.job, attempt.job_id, attempt.index
     started = time.monotonic()
     spec, frames = attempt.spec, attempt.frames
+    if ctx.warm is not None and spec.assets_key:  # before the tree is laid out in its folders
+        ctx.warm.adopt(job_id, {name: ctx.job_dir(job_id) / name for name in READY_FOLDERS})
     scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
     fetched_s = time.monotonic() - started
     todo = frames_to_render(ctx, job_id, frames, attempt.records)
@@ -241,8 +249,9 @@ class _Progress:
     masters: dict[int, tuple[Path, ...]] = field(default_factory=dict)
     """Each frame's files in the scene's output format (PNG, EXR); the preview is uploaded."""
     rejected: list[str] = field(default_factory=list)
-    warm: bool = False
-    """Rendered by a Blender that already had the scene open (workers.warm)."""
+    start: Start = Start.NEW
+    """Which Blender rendered: one started for the chunk, a ready one, or the job's warm one
+    that already had the scene open (workers.warm)."""
 
     def on_line(self, line: str, uploader: FrameUploader) -> None:
         ours = blender.script_line(line, self.nonce) if self.nonce else None
@@ -295,7 +304,8 @@ class _Progress:
             fields["blender_launch_s"] = round(self.read_s, 3)
         if self.read_s is not None and self.first_frame_s is not None:
             fields["scene_load_s"] = round(self.first_frame_s - self.read_s, 3)
-        fields["blender_warm"] = int(self.warm)
+        fields["blender_warm"] = int(self.start is Start.WARM)
+        fields["blender_ready"] = int(self.start is Start.READY)
         return fields
 
 
@@ -334,22 +344,20 @@ def _run_blender(
         remap=tree_remap(ctx, attempt.job_id),
         permit=permit,
     )
-    job_path.write_text(json.dumps(job))
+    if ctx.warm is None:  # a warm Blender's pool writes it, with the paths its box shows
+        job_path.write_text(json.dumps(job))
     argv = blender.script_argv(
         blender=ctx.settings.blender,
         job_path=None if ctx.warm else job_path,
         trusted=settings.trusted,
     )
     progress = _Progress(nonce=nonce, out_dir=out_dir, todo=list(todo))
-    # A memory cap protects the host from a runaway scene; CUDA maps huge address ranges, so the
-    # cap only applies to CPU renders.
-    limit_mb = ctx.settings.render_memory_limit_mb if settings.device == "CPU" else 0
     runner: Callable[..., Result] = run
     if ctx.warm is not None:
         pool = ctx.warm
 
         def on_warm(boxed: list[str], **kw: Any) -> Result:
-            result, progress.warm = pool.run(
+            result, progress.start = pool.run(
                 boxed, job, job_path, nonce, label=attempt.job_id, **kw
             )
             return result
@@ -385,7 +393,7 @@ def _run_blender(
             argv,
             what="Blender",
             on_line=lambda line: progress.on_line(line, uploader),
-            memory_limit_bytes=limit_mb * 1024 * 1024,
+            memory_limit_bytes=memory_limit(ctx, settings.device),
             failed_at=failed_at,
             box=render_box(
                 ctx.settings,
@@ -410,3 +418,31 @@ def _run_blender(
             f"Blender reported success but frames {missing} were not saved{rejected}"
         )
     return progress
+
+
+def memory_limit(ctx: WorkerContext, device: str) -> int:
+    """A memory cap protects the host from a runaway scene; CUDA maps huge address ranges, so the
+    cap only applies to CPU renders."""
+    return ctx.settings.render_memory_limit_mb * 1024 * 1024 if device == "CPU" else 0
+
+
+def ready_blender(ctx: WorkerContext) -> Ready:
+    """A ready Blender (workers.warm): the serve-mode script a chunk here would start, boxed
+    over empty folders of its own under `<scratch>/ready`, at the depth of a job's folder."""
+    root = ctx.scratch / "ready" / secrets.token_hex(8)
+    folders = {name: root / name for name in READY_FOLDERS}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+    argv = blender.script_argv(blender=ctx.settings.blender, job_path=None)
+    box = render_box(
+        ctx.settings,
+        workspace=folders["blender"],
+        out_dir=folders["frames"],
+        scene=folders["tree"] / "scene.blend",
+        tree=True,
+    )
+    if box is None:  # unboxed it sees the job's folders where they are: nothing to move
+        shutil.rmtree(root)
+        root.mkdir()
+        return Ready(argv, memory_limit(ctx, ctx.caps.cycles_device), root, folders={})
+    return Ready(wrap(argv, box), memory_limit(ctx, ctx.caps.cycles_device), root, folders)

@@ -12,6 +12,14 @@ file but for those three fields: the same job on the same host, set up the same 
 chunk it ended cleanly, and for `warm_blender_s` seconds at most; anything else (another job, a
 crash, a stop for a lost lease or a cancel) ends it, so a chunk never meets a Blender that has
 seen anything but its own job's scene.
+
+A ready Blender goes further: an idle render worker keeps one started ahead of any job, past its
+start-up (bpy's import, half a second to a second), in a box over empty folders of its own
+(`<scratch>/ready/<token>`: home, frames, tree). A job's first chunk here adopts it: the folders
+move to the job's (a rename, which the box's bind mounts follow), the scene tree is laid out in
+them, and the job file the Blender reads names them by the paths it sees. It has opened nothing
+before, so a job never meets a Blender that has seen another's scene; it is used only where its
+command line, moved to the job's folders, is the one a fresh Blender of the chunk would run.
 """
 
 from __future__ import annotations
@@ -20,19 +28,27 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import queue
+import shutil
 import subprocess
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from farm.proc import Result, Running, pump, spawn, stop_group
-from workers.blender_render import scene_part
+from workers.blender_render import SERVING, scene_part
 
 log = logging.getLogger(__name__)
 
+SERVING_WAIT_S = 30.0
+"""How long a chunk waits for a ready Blender still starting to be running (its box set up:
+a few milliseconds, a python start) before it starts its own."""
 MAX_IDLE = 4
 """Idle Blenders a worker keeps at most (one per task slot is all it can use)."""
 
@@ -46,28 +62,95 @@ def warm_key(argv: Sequence[str], job: Mapping[str, object], *, memory_limit_byt
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def moved(text: str, places: Mapping[Path, Path]) -> str:
+    """`text` with a leading folder of `places` (outside, as the worker sees it) replaced by the
+    one the box shows there (inside): the paths a ready Blender sees."""
+    for outside, inside in places.items():
+        out = str(outside)
+        if text == out or text.startswith(out + "/"):
+            return str(inside) + text[len(out) :]
+    return text
+
+
+def _moved_values(value: Any, places: Mapping[Path, Path]) -> Any:
+    """Every string value of a job file moved (never a key: remap's keys are stored paths)."""
+    if isinstance(value, str):
+        return moved(value, places)
+    if isinstance(value, list):
+        return [_moved_values(v, places) for v in value]
+    if isinstance(value, dict):
+        return {k: _moved_values(v, places) for k, v in value.items()}
+    return value
+
+
+class Start(StrEnum):
+    """Which Blender ran a chunk."""
+
+    NEW = "new"
+    """Started for the chunk: bpy's import, then the scene's load."""
+    READY = "ready"
+    """A ready Blender the job adopted: started ahead, it loaded the scene."""
+    WARM = "warm"
+    """The job's Blender from its last chunk here, the scene open: it renders at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """How to start a ready Blender: its command line (boxed over `folders`), memory cap and
+    folders by name (home, frames, tree), all inside `root`."""
+
+    argv: list[str]
+    memory_limit_bytes: int
+    root: Path
+    folders: dict[str, Path]
+
+
 class WarmBlender:
     """One render script in serve mode and the thread that reads its output."""
 
     def __init__(
-        self, argv: Sequence[str], key: str, *, memory_limit_bytes: int, label: str = ""
+        self,
+        argv: Sequence[str],
+        key: str,
+        *,
+        memory_limit_bytes: int,
+        label: str = "",
+        ready: Ready | None = None,
     ) -> None:
         self.key = key
         self.label = label
         """What it holds, for the splitter (the job id)."""
         self.argv = list(argv)
+        self.memory_limit_bytes = memory_limit_bytes
+        self.ready = ready
+        """Started ahead of any job, over these folders, until a job adopts it."""
+        self.places: dict[Path, Path] = {}
+        """Where its folders are now (a job's) to where its box shows them (workers.warm)."""
         self.popen = spawn(argv, memory_limit_bytes=memory_limit_bytes, stdin=subprocess.PIPE)
+        self.serving = threading.Event()
+        """Its script runs: the box's folders are bound (a ready Blender's may move now)."""
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True, name="warm-blender-out").start()
 
     def _read(self) -> None:
         assert self.popen.stdout is not None
         for raw in self.popen.stdout:
+            if not self.serving.is_set() and raw.strip() == SERVING.encode():
+                self.serving.set()
+                continue
             self._lines.put(raw)
         self._lines.put(None)
 
     def alive(self) -> bool:
         return self.popen.poll() is None
+
+    def wait_serving(self, timeout_s: float) -> bool:
+        """Whether its script is running (within `timeout_s`), not ended before it could."""
+        deadline = time.monotonic() + timeout_s
+        while not self.serving.wait(0.02):
+            if not self.alive() or time.monotonic() > deadline:
+                return False
+        return self.alive()
 
     def stop(self) -> None:
         if self.alive():
@@ -75,28 +158,40 @@ class WarmBlender:
         with contextlib.suppress(OSError):
             assert self.popen.stdin is not None
             self.popen.stdin.close()
+        if self.ready is not None:  # its folders stayed its own
+            shutil.rmtree(self.ready.root, ignore_errors=True)
+
+    def fits(self, argv: Sequence[str], memory_limit_bytes: int) -> bool:
+        """Whether it runs what a fresh Blender of a chunk, boxed over the job's folders, would."""
+        return memory_limit_bytes == self.memory_limit_bytes and self.argv == [
+            moved(a, self.places) for a in argv
+        ]
 
     def run_chunk(
         self,
         job_path: Path,
         nonce: str,
         *,
+        job: Mapping[str, object] | None = None,
         on_line: Callable[[str], None] | None,
         log_path: Path | None,
         handle: Running,
         tail_lines: int = 60,
     ) -> Result:
         """Hand the script one job file and follow it to its DONE line (returncode 0) or to its
-        end (its exit code). The handle stops the whole Blender, as it stops a one-chunk one."""
+        end (its exit code). The handle stops the whole Blender, as it stops a one-chunk one.
+        `job`: written to `job_path` first, with the paths this Blender sees."""
         started = time.monotonic()
         tail: deque[str] = deque(maxlen=tail_lines)
+        if job is not None:
+            job_path.write_text(json.dumps(_moved_values(dict(job), self.places)))
         handle.popen = self.popen
         if handle.stop_requested.is_set():
             handle.stop()
         try:
             try:
                 assert self.popen.stdin is not None
-                self.popen.stdin.write(f"{job_path}\n".encode())
+                self.popen.stdin.write(f"{moved(str(job_path), self.places)}\n".encode())
                 self.popen.stdin.flush()
             except OSError:  # it has ended; its exit code and last lines follow below
                 pass
@@ -130,8 +225,124 @@ class WarmPool:
         self._lock = threading.Lock()
         self._idle: list[tuple[WarmBlender, threading.Timer]] = []
         self.started = 0
-        """Blenders started (for tests and the benchmarks: chunks minus this were warm)."""
+        """Blenders started for a chunk (for tests and the benchmarks: chunks minus this were
+        warm or ready)."""
         self.closed = False
+        self._make_ready: Callable[[], Ready] | None = None
+        self._quiet: Callable[[], bool] = lambda: True
+        self._ready: WarmBlender | None = None
+        self._wake = threading.Event()
+        self._due = 0.0
+        self._adopted: dict[str, WarmBlender] = {}
+        """Ready Blenders whose folders moved to a job's, until that job's chunk runs on one."""
+        self.prestarted = 0
+        """Ready Blenders started."""
+
+    def keep_ready(self, make: Callable[[], Ready], quiet: Callable[[], bool]) -> None:
+        """Keep a ready Blender: `make` says what it is (workers.render.ready_blender); `quiet`
+        whether nothing runs on the worker now, when alone one starts."""
+        self._make_ready, self._quiet = make, quiet
+        threading.Thread(target=self._starter, daemon=True, name="ready-blender").start()
+
+    def prestart(self) -> bool:
+        """Start a ready Blender unless one is ready or starting, the worker is draining, or
+        work runs here now (its start-up would take the cores a render uses)."""
+        if self._make_ready is None or not self._quiet():
+            return False
+        with self._lock:
+            if self.closed or (self._ready is not None and self._ready.alive()):
+                return False
+            old, self._ready = self._ready, None
+        if old is not None:
+            old.stop()
+        try:
+            ready = self._make_ready()
+            blender = WarmBlender(
+                ready.argv, "", memory_limit_bytes=ready.memory_limit_bytes, ready=ready
+            )
+        except Exception as exc:  # no ready Blender is no failure: a chunk starts its own
+            log.warning("could not start a ready Blender: %s", exc)
+            return False
+        with self._lock:
+            if self.closed or self._ready is not None:
+                extra: WarmBlender | None = blender
+            else:
+                self._ready, extra = blender, None
+                self.prestarted += 1
+        if extra is not None:
+            extra.stop()
+            return False
+        log.info("a ready Blender is starting (%s)", ready.root)
+        return True
+
+    def prestart_soon(self, delay_s: float = 2.0) -> None:
+        """Start a ready Blender in `delay_s` if the worker is quiet then (a task has ended)."""
+        if self._make_ready is None or self.closed:
+            return
+        with self._lock:
+            self._due = time.monotonic() + delay_s
+        self._wake.set()
+
+    def _starter(self) -> None:
+        """Where ready Blenders start: one thread for the worker's life, since a child dies with
+        the thread that started it (farm.proc's PR_SET_PDEATHSIG), and a timer's thread ends."""
+        while not self.closed:
+            self._wake.wait()
+            self._wake.clear()
+            while (left := self._due - time.monotonic()) > 0:
+                time.sleep(min(left, 0.5))
+            self.prestart()
+
+    def adopt(self, label: str, folders: Mapping[str, Path]) -> bool:
+        """Move the ready Blender's folders to a job's (`folders` by name: home, frames, tree)
+        for that job's chunk to run on it: only where the job has none of them here yet and no
+        Blender of its own is idle. The chunk's run checks it fits (WarmBlender.fits)."""
+        with self._lock:
+            blender = self._ready
+            if blender is None or any(b.label == label for b, _ in self._idle):
+                return False
+            if label in self._adopted or any(p.exists() for p in folders.values()):
+                return False
+            self._ready = None
+        # Its box binds the folders by path as it starts: they move only once it runs.
+        if not blender.wait_serving(SERVING_WAIT_S):
+            log.warning("the ready Blender did not start; job %s's chunk starts its own", label)
+            blender.stop()
+            return False
+        assert blender.ready is not None
+        places: dict[Path, Path] = {}
+        try:
+            for name, inside in blender.ready.folders.items():
+                target = folders[name]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(inside, target)  # the box's mounts follow the folder
+                places[target] = inside
+            blender.ready.root.rmdir()
+        except (OSError, KeyError) as exc:
+            log.warning("could not hand the ready Blender to job %s: %s", label, exc)
+            blender.stop()
+            return False
+        blender.places, blender.label, blender.ready = places, label, None
+        with self._lock:
+            if self.closed:
+                blender.stop()
+                return False
+            self._adopted[label] = blender
+        return True
+
+    def _adopted_for(
+        self, label: str, argv: Sequence[str], memory_limit_bytes: int, key: str
+    ) -> WarmBlender | None:
+        with self._lock:
+            blender = self._adopted.pop(label, None)
+        if blender is None:
+            return None
+        if not blender.fits(argv, memory_limit_bytes):
+            log.info("the ready Blender does not fit job %s's chunk; starting its own", label)
+            blender.stop()
+            return None
+        blender.key = key
+        return blender
 
     def run(
         self,
@@ -145,30 +356,35 @@ class WarmPool:
         handle: Running,
         memory_limit_bytes: int = 0,
         label: str = "",
-    ) -> tuple[Result, bool]:
+    ) -> tuple[Result, Start]:
         """Run one chunk (`job`, written to `job_path`) on an idle Blender with its key, else on
-        a new one (the others are ended: a worker renders one job's chunks in a row); keep it
-        after a clean chunk. Returns the result and whether the Blender was warm."""
+        the ready Blender the job (`label`) adopted, else on a new one (the others are ended: a
+        worker renders one job's chunks in a row); keep it after a clean chunk. Returns the
+        result and which Blender ran it."""
         key = warm_key(argv, job, memory_limit_bytes=memory_limit_bytes)
 
         def on(blender: WarmBlender) -> Result:
             try:
                 return blender.run_chunk(
-                    job_path, nonce, on_line=on_line, log_path=log_path, handle=handle
+                    job_path, nonce, job=job, on_line=on_line, log_path=log_path, handle=handle
                 )
             except BaseException:  # a full disk, say: never leave it rendering unwatched
                 blender.stop()
                 raise
 
         kept = self._take(key)
-        warm = kept is not None
+        start = Start.NEW if kept is None else Start.WARM
+        if kept is None and label:  # a ready Blender this job adopted: started, no scene yet
+            kept = self._adopted_for(label, argv, memory_limit_bytes, key)
+            start = Start.NEW if kept is None else Start.READY
         if kept is not None:
             result = on(kept)
             if not result.ok and not result.stopped and not result.tail:
                 # It had ended unseen (it said nothing of this chunk): not the scene's failure;
                 # the chunk gets a fresh Blender.
-                log.warning("a warm Blender had ended (%s); starting another", result.returncode)
-                kept, warm = None, False
+                log.warning("a %s Blender had ended (%s); starting another", start,
+                            result.returncode)  # fmt: skip
+                kept, start = None, Start.NEW
         blender = kept
         if blender is None:
             blender = WarmBlender(argv, key, memory_limit_bytes=memory_limit_bytes, label=label)
@@ -179,7 +395,7 @@ class WarmPool:
             self._keep(blender)
         else:
             blender.stop()
-        return result, warm
+        return result, start
 
     def _take(self, key: str) -> WarmBlender | None:
         found, others, kept = None, [], []
@@ -237,16 +453,25 @@ class WarmPool:
         with self._lock:
             ended = [(b, t) for b, t in self._idle if b.label == label]
             self._idle = [(b, t) for b, t in self._idle if b.label != label]
+            adopted = self._adopted.pop(label, None)
         for blender, timer in ended:
             timer.cancel()
             blender.stop()
+        if adopted is not None:  # adopted by a chunk that then rendered nothing
+            adopted.stop()
         return len(ended)
 
     def close(self) -> None:
-        """End every idle Blender and keep none after this (the worker is going away or
-        draining)."""
+        """End every idle and ready Blender and keep none after this (the worker is going away
+        or draining)."""
         with self._lock:
             idle, self._idle, self.closed = self._idle, [], True
+            spare = [self._ready, *self._adopted.values()]
+            self._ready, self._adopted = None, {}
+        self._wake.set()  # its starter thread ends
         for blender, timer in idle:
             timer.cancel()
             blender.stop()
+        for one in spare:
+            if one is not None:
+                one.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import time
@@ -16,8 +17,13 @@ from pathlib import Path
 import pytest
 
 from farm.proc import Result, Running, run
-from workers import blender
-from workers.warm import WarmBlender, WarmPool
+from farm.sandbox import wrap
+from farm.settings import Settings
+from workers import blender, render
+from workers.box import render_box
+from workers.context import WorkerContext
+from workers.gpu import Capabilities
+from workers.warm import Start, WarmBlender, WarmPool
 
 
 class Chunk:
@@ -57,6 +63,16 @@ def pixels(png: Path) -> bytes:
     return done.stdout
 
 
+def fresh_pixels(scenes: Path, tmp: Path, frame: int) -> bytes:
+    """The frame's preview from a fresh Blender, one chunk to a process, unboxed."""
+    fresh_dir = tmp / f"fresh-{frame}"
+    fresh_dir.mkdir()
+    fresh = Chunk(scenes / "cycles.blend", fresh_dir, [frame])
+    argv = blender.script_argv(blender=blender.WHEEL, job_path=fresh.path)
+    assert run(argv, on_line=fresh.on_line).ok
+    return pixels(fresh.out_dir / f"preview_{frame:06d}.png")
+
+
 ARGV = blender.script_argv(blender=blender.WHEEL, job_path=None)
 
 
@@ -66,7 +82,7 @@ def serve(
     tmp: Path,
     handle: Running | None = None,
     on_line: Callable[[str], None] | None = None,
-) -> tuple[Result, bool]:
+) -> tuple[Result, Start]:
     return pool.run(
         ARGV, chunk.job, chunk.path, chunk.nonce, on_line=on_line or chunk.on_line,
         log_path=tmp / "blender.log", handle=handle or Running(),
@@ -91,27 +107,21 @@ def test_later_chunks_of_a_scene_reuse_its_blender_and_match_a_fresh_one(
     pool: WarmPool, scenes: Path, tmp_path: Path
 ) -> None:
     first = Chunk(scenes / "cycles.blend", tmp_path, [1, 2])
-    result, warm = serve(pool, first, tmp_path)
-    assert result.ok and not warm, "\n".join(result.tail)
+    result, start = serve(pool, first, tmp_path)
+    assert result.ok and start is Start.NEW, "\n".join(result.tail)
     assert first.saved == [1, 2] and float(first.loaded["load_s"]) > 0  # type: ignore[arg-type]
     assert pool.idle() == 1
 
     second = Chunk(scenes / "cycles.blend", tmp_path, [3])
-    result, warm = serve(pool, second, tmp_path)
-    assert result.ok and warm, "\n".join(result.tail)
+    result, start = serve(pool, second, tmp_path)
+    assert result.ok and start is Start.WARM, "\n".join(result.tail)
     assert second.saved == [3]
     assert second.loaded["warm"] is True and second.loaded["load_s"] == 0.0
     assert second.loaded["width"] == first.loaded["width"]
     assert pool.started == 1
 
     # The same frame from a fresh Blender, one chunk to a process: the same pixels.
-    fresh_dir = tmp_path / "fresh"
-    fresh_dir.mkdir()
-    fresh = Chunk(scenes / "cycles.blend", fresh_dir, [3])
-    argv = blender.script_argv(blender=blender.WHEEL, job_path=fresh.path)
-    assert run(argv, on_line=fresh.on_line).ok
-    warm_rgb = pixels(second.out_dir / "preview_000003.png")
-    assert warm_rgb == pixels(fresh.out_dir / "preview_000003.png")
+    assert pixels(second.out_dir / "preview_000003.png") == fresh_pixels(scenes, tmp_path, 3)
 
 
 def test_another_scene_or_setting_gets_a_new_blender(
@@ -119,8 +129,8 @@ def test_another_scene_or_setting_gets_a_new_blender(
 ) -> None:
     old = warmed(pool, scenes, tmp_path)
     other = Chunk(scenes / "cycles.blend", tmp_path, [2], samples=2)  # other samples
-    result, warm = serve(pool, other, tmp_path)
-    assert result.ok and not warm and pool.started == 2
+    result, start = serve(pool, other, tmp_path)
+    assert result.ok and start is Start.NEW and pool.started == 2
     assert old.popen.wait(timeout=10) is not None  # the first one was ended, not kept
     assert other.saved == [2]
 
@@ -170,8 +180,8 @@ def test_a_kept_blender_that_ended_unseen_costs_the_chunk_nothing(
     kept.popen.wait(timeout=10)
     kept.alive = lambda: True  # type: ignore[method-assign]  # as if it died just after
     chunk = Chunk(scenes / "cycles.blend", tmp_path, [2])
-    result, warm = serve(pool, chunk, tmp_path)
-    assert result.ok and not warm and chunk.saved == [2] and pool.started == 2
+    result, start = serve(pool, chunk, tmp_path)
+    assert result.ok and start is Start.NEW and chunk.saved == [2] and pool.started == 2
 
 
 def test_the_idle_blender_of_an_ended_job_is_ended_when_its_folder_goes(
@@ -188,3 +198,163 @@ def test_the_idle_blender_of_an_ended_job_is_ended_when_its_folder_goes(
     assert pool.end("j2") == 0 and pool.idle() == 1  # another job's: kept
     assert pool.end("j1") == 1
     assert kept.popen.wait(timeout=10) is not None and pool.idle() == 0
+
+
+def worker(tmp: Path, **settings: object) -> WorkerContext:
+    """What workers.render.ready_blender reads of a worker: its settings, scratch and Cycles."""
+    return WorkerContext(
+        settings=Settings(**settings),  # type: ignore[arg-type]
+        ledger=None,  # type: ignore[arg-type]
+        store=None,  # type: ignore[arg-type]
+        dispatch=None,  # type: ignore[arg-type]
+        caps=Capabilities(),
+        name="w1",
+        scratch=tmp / "scratch",
+    )
+
+
+def ready_pool(ctx: WorkerContext) -> WarmPool:
+    found = WarmPool(idle_s=30)
+    found.keep_ready(lambda: render.ready_blender(ctx), quiet=lambda: True)
+    return found
+
+
+def job_folders(ctx: WorkerContext, job_id: str) -> dict[str, Path]:
+    return {name: ctx.job_dir(job_id) / name for name in render.READY_FOLDERS}
+
+
+class BoxedChunk(Chunk):
+    """A chunk of a job laid out as workers/render.py lays it out (scene tree, home, frames),
+    its job file written by the pool, and the boxed command line a fresh Blender of it runs."""
+
+    def __init__(self, ctx: WorkerContext, job_id: str, scene: Path, frames: list[int]) -> None:
+        jobdir = ctx.job_dir(job_id)
+        tree, home = jobdir / "tree", jobdir / "blender"
+        for folder in (tree, home):
+            folder.mkdir(parents=True, exist_ok=True)
+        placed = tree / "scene.blend"
+        if not placed.exists():
+            shutil.copyfile(scene, placed)
+        super().__init__(placed, home, frames)
+        self.out_dir.rmdir()
+        self.out_dir = jobdir / "frames"
+        self.out_dir.mkdir(exist_ok=True)
+        self.job["out_dir"] = str(self.out_dir)
+        self.path.unlink()  # the pool writes it, with the paths its Blender sees
+        box = render_box(ctx.settings, workspace=home, out_dir=self.out_dir, scene=placed,
+                         tree=True)  # fmt: skip
+        assert box is not None
+        self.argv = wrap(ARGV, box)
+
+    def run(self, pool: WarmPool, job_id: str, memory_limit_bytes: int = 0) -> tuple[Result, Start]:
+        return pool.run(
+            self.argv, self.job, self.path, self.nonce, on_line=self.on_line, log_path=None,
+            handle=Running(), memory_limit_bytes=memory_limit_bytes, label=job_id,
+        )  # fmt: skip
+
+
+def test_a_ready_blender_renders_the_first_chunk_of_a_job_in_the_jobs_own_folders(
+    scenes: Path, tmp_path: Path
+) -> None:
+    """Started ahead over folders of its own, adopted by a job (the folders move to the job's),
+    it renders that job's first chunk as a fresh Blender would, and stays the job's warm one."""
+    ctx = worker(tmp_path)
+    pool = ready_pool(ctx)
+    try:
+        assert pool.prestart() and not pool.prestart()  # one at a time
+        (root,) = (ctx.scratch / "ready").iterdir()
+        assert pool.adopt("j1", job_folders(ctx, "j1"))
+        assert not root.exists()  # its folders are the job's now
+        first = BoxedChunk(ctx, "j1", scenes / "cycles.blend", [1, 2])
+        result, start = first.run(pool, "j1")
+        assert result.ok and start is Start.READY, "\n".join(result.tail)
+        assert first.saved == [1, 2] and pool.started == 0 and pool.prestarted == 1
+        assert float(first.loaded["load_s"]) > 0  # type: ignore[arg-type]  # it loaded the scene
+        # The job file it read named the folders as its box shows them.
+        assert json.loads(first.path.read_text())["out_dir"].startswith(str(root))
+
+        second = BoxedChunk(ctx, "j1", scenes / "cycles.blend", [3])
+        result, start = second.run(pool, "j1")
+        assert result.ok and start is Start.WARM and second.saved == [3]
+        assert pool.started == 0
+
+        assert pixels(first.out_dir / "preview_000001.png") == fresh_pixels(scenes, tmp_path, 1)
+    finally:
+        pool.close()
+
+
+def test_a_ready_blender_that_does_not_fit_the_chunk_is_ended_for_a_fresh_one(
+    scenes: Path, tmp_path: Path
+) -> None:
+    ctx = worker(tmp_path)
+    pool = ready_pool(ctx)
+    try:
+        assert pool.prestart()
+        ready = pool._ready
+        assert ready is not None and pool.adopt("j1", job_folders(ctx, "j1"))
+        chunk = BoxedChunk(ctx, "j1", scenes / "cycles.blend", [1])
+        result, start = chunk.run(pool, "j1", memory_limit_bytes=8 << 30)  # another cap
+        assert result.ok and start is Start.NEW and pool.started == 1 and chunk.saved == [1]
+        assert ready.popen.wait(timeout=10) is not None
+    finally:
+        pool.close()
+
+
+def test_no_ready_blender_for_a_job_with_folders_here_or_a_busy_worker(tmp_path: Path) -> None:
+    ctx = worker(tmp_path)
+    busy = [True]
+    pool = WarmPool(idle_s=30)
+    pool.keep_ready(lambda: render.ready_blender(ctx), quiet=lambda: not busy[0])
+    try:
+        assert not pool.prestart()  # a chunk renders here: its cores are taken
+        busy[0] = False
+        assert pool.prestart()
+        ready = pool._ready
+        assert ready is not None and ready.ready is not None
+        folders = job_folders(ctx, "j1")
+        folders["tree"].mkdir(parents=True)  # an earlier chunk of the job laid out its tree
+        assert not pool.adopt("j1", folders)
+        assert pool._ready is ready and ready.alive()  # kept for another job
+        root = ready.ready.root
+        pool.close()
+        assert ready.popen.wait(timeout=10) is not None and not root.exists()
+        assert not pool.prestart()  # a closed pool (a draining worker) starts none
+    finally:
+        pool.close()
+
+
+def test_unboxed_a_ready_blender_reads_the_jobs_folders_where_they_are(
+    scenes: Path, tmp_path: Path
+) -> None:
+    """FARM_SANDBOX=off: nothing is bound, so nothing moves and the paths are the job's."""
+    ctx = worker(tmp_path, sandbox="off")
+    pool = ready_pool(ctx)
+    try:
+        assert pool.prestart() and pool.adopt("j1", job_folders(ctx, "j1"))
+        chunk = Chunk(scenes / "cycles.blend", ctx.job_dir("j1"), [1])
+        result, start = pool.run(
+            ARGV, chunk.job, chunk.path, chunk.nonce, on_line=chunk.on_line, log_path=None,
+            handle=Running(), label="j1",
+        )  # fmt: skip
+        assert result.ok and start is Start.READY and chunk.saved == [1]
+        assert not (ctx.scratch / "ready").exists() or not any((ctx.scratch / "ready").iterdir())
+    finally:
+        pool.close()
+
+
+def test_a_ready_blender_started_in_the_background_lives_on(tmp_path: Path) -> None:
+    """After a task ends the pool starts one from its own long-lived thread: a child started
+    from a short-lived thread would be killed as that thread ends (PR_SET_PDEATHSIG)."""
+    ctx = worker(tmp_path)
+    pool = ready_pool(ctx)
+    try:
+        pool.prestart_soon(0.1)
+        deadline = time.monotonic() + 30
+        while pool._ready is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ready = pool._ready
+        assert ready is not None and ready.wait_serving(30)
+        time.sleep(1.0)  # the starter thread has long returned from starting it
+        assert ready.alive() and pool.prestarted == 1
+    finally:
+        pool.close()
