@@ -1,11 +1,13 @@
 """`farm up --workers 2` gives each worker its own CPUs, and each chunk's Blender runs on its
 worker's CPUs with one render thread per CPU (two Blenders never fight over the same cores); a
-worker's later chunks of the job run on the Blender it already started (workers.warm)."""
+worker's first chunk of the job runs on the ready Blender it started while idle, and its later
+chunks on the Blender it already has with the scene open (workers.warm)."""
 
 from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from farm import cpus
 from farm.local import worker_cpus
 from tests.conftest import DEMO, LocalFarm
+from tests.e2e.farmtools import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -30,6 +33,13 @@ def test_each_worker_and_its_blender_run_on_their_own_cpus(local_farm: LocalFarm
         shares = [cpus.available()] * 2
     pids = json.loads((local_farm.data / "farm-up.json").read_text())["pids"]
     assert [_allowed(pids["worker1"]), _allowed(pids["worker2"])] == shares
+    scratch = Path(local_farm.settings().get("scratch_dir") or tempfile.gettempdir())
+    wait_for(
+        "a ready Blender on each idle worker",
+        lambda: len(list(scratch.glob("farm-worker/*/ready/*/tree"))) == 2,
+        60,
+        local_farm,
+    )
 
     done = local_farm.farm(
         "submit", str(DEMO), "--frames", "1-4", "--chunk-size", "1", "--resolution", "64x36",
@@ -43,10 +53,12 @@ def test_each_worker_and_its_blender_run_on_their_own_cpus(local_farm: LocalFarm
     for line in loaded:
         assert tuple(line["cpus"]) in shares, line
         assert line["threads"] == len(line["cpus"]), line
-    # Each worker started one Blender at most for the job's 4 chunks: the others found it warm,
-    # with the scene open (no load), and said so.
+    # Each worker started no Blender for the job's 4 chunks: its first ran on its ready one, the
+    # others found that warm, with the scene open (no load), and said so.
     chunks = local_farm.ledger().chunks(job_id)
     warm = [c for c in chunks if c.get("blender_warm") == "1"]
-    assert len(warm) >= len(chunks) - 2, chunks
+    ready = [c for c in chunks if c.get("blender_ready") == "1"]
+    assert len(warm) >= len(chunks) - 2 and len(warm) + len(ready) == len(chunks), chunks
+    assert len({c["rendered_by"] for c in ready}) == len(ready), ready  # one per worker
     assert sum(1 for line in loaded if line.get("warm")) == len(warm), loaded
     assert all(float(c["blender_launch_s"]) < 0.3 for c in warm), warm
