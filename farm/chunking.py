@@ -18,7 +18,13 @@ AUTO = 0
 PROBE_FRAMES = 2
 """Frames in each probe chunk: two Saved: lines give one frame-to-frame interval."""
 EFFICIENCY = 0.9
-"""n >= EFFICIENCY/(1-EFFICIENCY) * S/F = 9·S/F keeps Blender start-up under 10% of a chunk."""
+"""n >= EFFICIENCY/(1-EFFICIENCY) * (S+O)/F = 9·(S+O)/F keeps a chunk's start-up (Blender's and
+the farm's own) under 10% of it."""
+CHUNK_OVERHEAD_S = 0.25
+"""O: the farm's own work per chunk, whatever Blender's start-up: the claim and ledger calls, the
+segment's encode (an ffmpeg start) and upload, its place in the stitch. 0.2 to 0.3 s measured
+on a local farm (`python -m bench overhead`: per chunk, encode plus ledger). A worker's ready or
+warm Blender leaves S near 0; without O every frame would become a chunk of its own."""
 TARGET_CHUNK_S = 3600.0
 """Longest chunk the rule aims for (an hour): a chunk never holds a job for long, even where the
 makespan model would take longer ones; shorter targets cost waves of Blender start-ups."""
@@ -95,8 +101,9 @@ def measure_saved_times(launch_to_saved_s: Sequence[float], source: str = "") ->
 
 
 def efficiency_floor(m: Measurement) -> int:
-    """Smallest n with n·F/(S+n·F) >= EFFICIENCY, i.e. n >= 9·S/F."""
-    return max(1, math.ceil(EFFICIENCY / (1 - EFFICIENCY) * m.startup_s / m.frame_s - 1e-9))
+    """Smallest n with n·F/(S+O+n·F) >= EFFICIENCY, i.e. n >= 9·(S+O)/F."""
+    paid = m.startup_s + CHUNK_OVERHEAD_S
+    return max(1, math.ceil(EFFICIENCY / (1 - EFFICIENCY) * paid / m.frame_s - 1e-9))
 
 
 def expected_makespan_s(
@@ -104,7 +111,7 @@ def expected_makespan_s(
 ) -> float:
     """Expected time for `frames` frames in chunks of n on the pool (start-up and stitch aside).
 
-    c = S + n·F per chunk, K = ceil(frames/n) chunks. Each reclaim costs the fleet B + S + F/2
+    c = S + O + n·F per chunk (O: CHUNK_OVERHEAD_S), K = ceil(frames/n) chunks. Each reclaim costs the fleet B + S + F/2
     GPU-seconds (a new instance boots; Blender restarts; the frame in flight is lost; frames
     already saved are reused), so capacity is G·(1-r), r = λ·(B + S + F/2), and the bulk is
     the larger of ceil(K/G) whole waves of c and K·c/(G·(1-r)). The tail adds the slowest GPU:
@@ -118,7 +125,7 @@ def expected_makespan_s(
     with μ = G·λ·(D + S + F)/2 such reclaims, the latest adds (D + S + F)·(1 - (1 - e^(-μ))/μ).
     """
     lam = pool.interruption_per_h / 3600.0
-    c = m.startup_s + n * m.frame_s
+    c = m.startup_s + CHUNK_OVERHEAD_S + n * m.frame_s
     chunks = math.ceil(frames / n)
     rho = min(lam * (pool.boot_s + m.startup_s + m.frame_s / 2), 0.9)
     slow = pool.slowest
@@ -158,7 +165,8 @@ def choose_chunk_size(
     """The chunk size with the least expected makespan within [lo, hi], where
 
     hi = min(ceil(frames/G), (target - S)/F): every worker gets work, no chunk runs past the target;
-    lo = min(9·S/F, hi): at least 90% of each chunk is rendering, unless that would idle workers.
+    lo = min(9·(S+O)/F, hi): at least 90% of each chunk is rendering, unless that would idle
+    workers.
     Ties go to the larger n (fewer chunks, less Blender start-up).
     """
     workers = max(pool.workers, 1)
@@ -175,7 +183,7 @@ def choose_chunk_size(
             best, best_t = n, t
     limits = []
     if per_worker < floor:
-        limits.append(f"below 9·S/F={floor} so all {workers} workers get work")
+        limits.append(f"below 9·(S+O)/F={floor} so all {workers} workers get work")
     if by_target < per_worker:
         limits.append(f"at most {by_target} to keep chunks under {target_chunk_s:.0f} s")
     eff = best * m.frame_s / (m.startup_s + best * m.frame_s)
@@ -190,7 +198,7 @@ def choose_chunk_size(
         )
         + f", {pool.interruption_per_h:.0%}/h reclaims; "
         + f"range {lo}..{hi}"
-        + (f" ({'; '.join(limits)})" if limits else f" (9·S/F={floor})")
+        + (f" ({'; '.join(limits)})" if limits else f" (9·(S+O)/F={floor})")
         + f"; least expected makespan {best_t:.0f} s; efficiency {eff:.0%}"
     )
     return Choice(chunk_size=best, reason=reason, expected_makespan_s=best_t, efficiency=eff)

@@ -94,13 +94,18 @@ def settings_from_spec(
         scene_engine=getattr(scene, "engine", None) or getattr(spec, "engine", None),
         device=device,
         threads=threads,
-        trusted=bool(getattr(spec, "trusted_scripts", False) or getattr(spec, "trusted", False)),
+        trusted=trusts(spec),
         preview_depth=preview_depth,
         # farm.assets records each as "STORED_PATH (kind 'name'; looked for …)".
         allow_missing=tuple(
             str(m).split(" (", 1)[0] for m in getattr(spec, "missing_assets", ()) or ()
         ),
     )
+
+
+def trusts(spec: object) -> bool:
+    """Whether the job runs the scripts stored in its .blend (`--trusted-scripts`)."""
+    return bool(getattr(spec, "trusted_scripts", False) or getattr(spec, "trusted", False))
 
 
 def job_file(

@@ -170,11 +170,24 @@ def frames_to_render(
 def render_frames(attempt: ChunkAttempt) -> Outcome:
     """The render phase: the chunk's frames not yet in the store, each uploaded as it is saved.
     Raises PermanentError/TransientError/ChunkInterrupted/LeaseLost."""
-    ctx, job, job_id, index = attempt.ctx, attempt.job, attempt.job_id, attempt.index
+    ctx, job_id, spec = attempt.ctx, attempt.job_id, attempt.spec
     started = time.monotonic()
-    spec, frames = attempt.spec, attempt.frames
     if ctx.warm is not None and spec.assets_key:  # before the tree is laid out in its folders
-        ctx.warm.adopt(job_id, {name: ctx.job_dir(job_id) / name for name in READY_FOLDERS})
+        script = blender.script_argv(
+            blender=ctx.settings.blender, job_path=None, trusted=blender.trusts(spec)
+        )
+        folders = {name: ctx.job_dir(job_id) / name for name in READY_FOLDERS}
+        if ctx.warm.adopt(job_id, folders, script):
+            try:
+                return _render_frames(attempt, started)
+            finally:
+                ctx.warm.release(job_id)  # unless its chunk ran on it
+    return _render_frames(attempt, started)
+
+
+def _render_frames(attempt: ChunkAttempt, started: float) -> Outcome:
+    ctx, job, job_id, index = attempt.ctx, attempt.job, attempt.job_id, attempt.index
+    spec, frames = attempt.spec, attempt.frames
     scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
     fetched_s = time.monotonic() - started
     todo = frames_to_render(ctx, job_id, frames, attempt.records)
@@ -433,16 +446,21 @@ def ready_blender(ctx: WorkerContext) -> Ready:
     folders = {name: root / name for name in READY_FOLDERS}
     for folder in folders.values():
         folder.mkdir(parents=True)
-    argv = blender.script_argv(blender=ctx.settings.blender, job_path=None)
-    box = render_box(
-        ctx.settings,
-        workspace=folders["blender"],
-        out_dir=folders["frames"],
-        scene=folders["tree"] / "scene.blend",
-        tree=True,
-    )
+    script = blender.script_argv(blender=ctx.settings.blender, job_path=None)
+    cap = memory_limit(ctx, ctx.caps.cycles_device)
+    try:
+        box = render_box(
+            ctx.settings,
+            workspace=folders["blender"],
+            out_dir=folders["frames"],
+            scene=folders["tree"] / "scene.blend",
+            tree=True,
+        )
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     if box is None:  # unboxed it sees the job's folders where they are: nothing to move
         shutil.rmtree(root)
         root.mkdir()
-        return Ready(argv, memory_limit(ctx, ctx.caps.cycles_device), root, folders={})
-    return Ready(wrap(argv, box), memory_limit(ctx, ctx.caps.cycles_device), root, folders)
+        return Ready(script, script, cap, root, folders={})
+    return Ready(script, wrap(script, box), cap, root, folders)

@@ -72,15 +72,21 @@ def moved(text: str, places: Mapping[Path, Path]) -> str:
     return text
 
 
-def _moved_values(value: Any, places: Mapping[Path, Path]) -> Any:
-    """Every string value of a job file moved (never a key: remap's keys are stored paths)."""
-    if isinstance(value, str):
-        return moved(value, places)
-    if isinstance(value, list):
-        return [_moved_values(v, places) for v in value]
-    if isinstance(value, dict):
-        return {k: _moved_values(v, places) for k, v in value.items()}
-    return value
+MOVED_FIELDS = ("scene", "out_dir", "permit")
+"""A job file's paths on this host (workers.blender.job_file), beside remap's values."""
+
+
+def moved_job(job: Mapping[str, Any], places: Mapping[Path, Path]) -> dict[str, Any]:
+    """The job file with its paths on this host moved: the scene, the output folder, the permit
+    and the tree copies remap points to (never remap's keys or allow_missing: stored paths)."""
+    out = dict(job)
+    for name in MOVED_FIELDS:
+        if isinstance(out.get(name), str):
+            out[name] = moved(out[name], places)
+    if isinstance(out.get("remap"), dict):
+        out["remap"] = {k: moved(v, places) if isinstance(v, str) else v
+                        for k, v in out["remap"].items()}  # fmt: skip
+    return out
 
 
 class Start(StrEnum):
@@ -96,9 +102,10 @@ class Start(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """How to start a ready Blender: its command line (boxed over `folders`), memory cap and
-    folders by name (home, frames, tree), all inside `root`."""
+    """How to start a ready Blender: its command line (`script`, boxed over `folders`), memory
+    cap and folders by name (home, frames, tree), all inside `root`."""
 
+    script: list[str]
     argv: list[str]
     memory_limit_bytes: int
     root: Path
@@ -161,6 +168,19 @@ class WarmBlender:
         if self.ready is not None:  # its folders stayed its own
             shutil.rmtree(self.ready.root, ignore_errors=True)
 
+    def _forget_earlier_lines(self) -> None:
+        """What it said before this chunk (a ready Blender's start-up) is no line of the chunk:
+        a chunk that hears nothing of its own is one a Blender that had ended never began."""
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return
+            if line is None:  # it has ended: the chunk hears that at once
+                self._lines.put(None)
+                return
+            log.debug("a Blender said before its chunk: %r", line[:200])
+
     def fits(self, argv: Sequence[str], memory_limit_bytes: int) -> bool:
         """Whether it runs what a fresh Blender of a chunk, boxed over the job's folders, would."""
         return memory_limit_bytes == self.memory_limit_bytes and self.argv == [
@@ -184,7 +204,8 @@ class WarmBlender:
         started = time.monotonic()
         tail: deque[str] = deque(maxlen=tail_lines)
         if job is not None:
-            job_path.write_text(json.dumps(_moved_values(dict(job), self.places)))
+            job_path.write_text(json.dumps(moved_job(job, self.places)))
+        self._forget_earlier_lines()
         handle.popen = self.popen
         if handle.stop_requested.is_set():
             handle.stop()
@@ -284,22 +305,31 @@ class WarmPool:
         self._wake.set()
 
     def _starter(self) -> None:
-        """Where ready Blenders start: one thread for the worker's life, since a child dies with
-        the thread that started it (farm.proc's PR_SET_PDEATHSIG), and a timer's thread ends."""
-        while not self.closed:
+        """Where ready Blenders start: one thread for the worker's whole life, never ending,
+        since a child dies with the thread that started it (farm.proc's PR_SET_PDEATHSIG): a
+        timer's thread, or this one ending on a drain, would kill the Blender a job adopted
+        while it renders that job's chunk."""
+        while True:
             self._wake.wait()
             self._wake.clear()
             while (left := self._due - time.monotonic()) > 0:
                 time.sleep(min(left, 0.5))
-            self.prestart()
+            try:
+                self.prestart()
+            except Exception:  # never the end of this thread (see above)
+                log.exception("starting a ready Blender failed")
 
-    def adopt(self, label: str, folders: Mapping[str, Path]) -> bool:
+    def adopt(self, label: str, folders: Mapping[str, Path], script: Sequence[str]) -> bool:
         """Move the ready Blender's folders to a job's (`folders` by name: home, frames, tree)
-        for that job's chunk to run on it: only where the job has none of them here yet and no
-        Blender of its own is idle. The chunk's run checks it fits (WarmBlender.fits)."""
+        for that job's chunk to run on it: only where it runs the chunk's `script` (its command
+        line before the box: a trusted job's differs), the job has none of those folders here
+        yet and no Blender of its own is idle. The chunk's run checks the whole command line
+        (WarmBlender.fits); `release` ends it if no Blender runs."""
         with self._lock:
             blender = self._ready
             if blender is None or any(b.label == label for b, _ in self._idle):
+                return False
+            if blender.ready is None or blender.ready.script != list(script):
                 return False
             if label in self._adopted or any(p.exists() for p in folders.values()):
                 return False
@@ -329,6 +359,14 @@ class WarmPool:
                 return False
             self._adopted[label] = blender
         return True
+
+    def release(self, label: str) -> None:
+        """End the ready Blender `label` adopted if its chunk ran none (its frames were stored
+        already, or it failed before Blender): a chunk that renders takes it at once."""
+        with self._lock:
+            blender = self._adopted.pop(label, None)
+        if blender is not None:
+            blender.stop()
 
     def _adopted_for(
         self, label: str, argv: Sequence[str], memory_limit_bytes: int, key: str
@@ -466,12 +504,10 @@ class WarmPool:
         or draining)."""
         with self._lock:
             idle, self._idle, self.closed = self._idle, [], True
-            spare = [self._ready, *self._adopted.values()]
-            self._ready, self._adopted = None, {}
-        self._wake.set()  # its starter thread ends
+            # An adopted one is the chunk in hand's: it runs that chunk (or is released) first.
+            spare, self._ready = self._ready, None
         for blender, timer in idle:
             timer.cancel()
             blender.stop()
-        for one in spare:
-            if one is not None:
-                one.stop()
+        if spare is not None:
+            spare.stop()

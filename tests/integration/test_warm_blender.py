@@ -263,7 +263,7 @@ def test_a_ready_blender_renders_the_first_chunk_of_a_job_in_the_jobs_own_folder
     try:
         assert pool.prestart() and not pool.prestart()  # one at a time
         (root,) = (ctx.scratch / "ready").iterdir()
-        assert pool.adopt("j1", job_folders(ctx, "j1"))
+        assert pool.adopt("j1", job_folders(ctx, "j1"), ARGV)
         assert not root.exists()  # its folders are the job's now
         first = BoxedChunk(ctx, "j1", scenes / "cycles.blend", [1, 2])
         result, start = first.run(pool, "j1")
@@ -291,7 +291,7 @@ def test_a_ready_blender_that_does_not_fit_the_chunk_is_ended_for_a_fresh_one(
     try:
         assert pool.prestart()
         ready = pool._ready
-        assert ready is not None and pool.adopt("j1", job_folders(ctx, "j1"))
+        assert ready is not None and pool.adopt("j1", job_folders(ctx, "j1"), ARGV)
         chunk = BoxedChunk(ctx, "j1", scenes / "cycles.blend", [1])
         result, start = chunk.run(pool, "j1", memory_limit_bytes=8 << 30)  # another cap
         assert result.ok and start is Start.NEW and pool.started == 1 and chunk.saved == [1]
@@ -313,12 +313,61 @@ def test_no_ready_blender_for_a_job_with_folders_here_or_a_busy_worker(tmp_path:
         assert ready is not None and ready.ready is not None
         folders = job_folders(ctx, "j1")
         folders["tree"].mkdir(parents=True)  # an earlier chunk of the job laid out its tree
-        assert not pool.adopt("j1", folders)
+        assert not pool.adopt("j1", folders, ARGV)
         assert pool._ready is ready and ready.alive()  # kept for another job
         root = ready.ready.root
         pool.close()
         assert ready.popen.wait(timeout=10) is not None and not root.exists()
         assert not pool.prestart()  # a closed pool (a draining worker) starts none
+    finally:
+        pool.close()
+
+
+def test_a_ready_blender_goes_only_to_a_chunk_that_runs_its_command_and_is_released_unused(
+    tmp_path: Path,
+) -> None:
+    """A trusted job's Blender binary runs without --disable-autoexec: a ready one (started
+    with it) is not adopted, its folders stay its own. One adopted by a chunk that then runs no
+    Blender (its frames were stored already) is ended."""
+    ctx = worker(tmp_path)
+    pool = ready_pool(ctx)
+    try:
+        assert pool.prestart()
+        ready = pool._ready
+        assert ready is not None and ready.ready is not None
+        assert not pool.adopt("j1", job_folders(ctx, "j1"), [*ARGV, "--trusted"])
+        assert pool._ready is ready and ready.ready.root.is_dir()
+        assert pool.adopt("j1", job_folders(ctx, "j1"), ARGV)
+        pool.release("j1")
+        assert ready.popen.wait(timeout=10) is not None
+        assert ctx.job_dir("j1").joinpath("tree").is_dir()  # the job's folders, as a fresh one's
+        assert pool.prestart()  # the next one
+    finally:
+        pool.close()
+
+
+def test_a_drain_leaves_the_adopted_blender_to_render_the_chunk_in_hand(
+    scenes: Path, tmp_path: Path
+) -> None:
+    """A drain (spot notice, SIGTERM) ends idle and ready Blenders; the one the chunk in hand
+    adopted, started on the pool's own thread, renders that chunk to the end (the thread that
+    started it lives on: a child dies with the thread that spawned it)."""
+    ctx = worker(tmp_path)
+    pool = ready_pool(ctx)
+    try:
+        pool.prestart_soon(0)
+        deadline = time.monotonic() + 30
+        while pool._ready is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ready = pool._ready
+        assert ready is not None and pool.adopt("j1", job_folders(ctx, "j1"), ARGV)
+        pool.close()
+        time.sleep(1.0)
+        assert ready.alive()
+        chunk = BoxedChunk(ctx, "j1", scenes / "cycles.blend", [1])
+        result, start = chunk.run(pool, "j1")
+        assert result.ok and start is Start.READY and chunk.saved == [1]
+        assert ready.popen.wait(timeout=10) is not None  # not kept: the worker is draining
     finally:
         pool.close()
 
@@ -330,7 +379,7 @@ def test_unboxed_a_ready_blender_reads_the_jobs_folders_where_they_are(
     ctx = worker(tmp_path, sandbox="off")
     pool = ready_pool(ctx)
     try:
-        assert pool.prestart() and pool.adopt("j1", job_folders(ctx, "j1"))
+        assert pool.prestart() and pool.adopt("j1", job_folders(ctx, "j1"), ARGV)
         chunk = Chunk(scenes / "cycles.blend", ctx.job_dir("j1"), [1])
         result, start = pool.run(
             ARGV, chunk.job, chunk.path, chunk.nonce, on_line=chunk.on_line, log_path=None,

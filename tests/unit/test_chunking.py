@@ -21,9 +21,20 @@ def test_one_saved_frame_errs_toward_no_startup() -> None:
 
 
 def test_efficiency_floor_is_nine_startups_per_frame() -> None:
-    assert chunking.efficiency_floor(Measurement(startup_s=10, frame_s=5)) == 18
+    o = chunking.CHUNK_OVERHEAD_S  # the farm's own work per chunk counts as start-up
+    assert chunking.efficiency_floor(Measurement(startup_s=10 - o, frame_s=5)) == 18
     n = chunking.efficiency_floor(Measurement(startup_s=7, frame_s=3))
-    assert n * 3 / (7 + n * 3) >= 0.9 > (n - 1) * 3 / (7 + (n - 1) * 3)
+    assert n * 3 / (7 + o + n * 3) >= 0.9 > (n - 1) * 3 / (7 + o + (n - 1) * 3)
+
+
+def test_a_ready_blender_s_near_zero_still_makes_chunks_of_several_frames() -> None:
+    """A worker's ready Blender leaves S at a few milliseconds: the farm's own cost per chunk
+    (claim, ledger, the segment's encode) still keeps one-frame chunks out (the 48-frame bench
+    went to 48 chunks and 1.27 of the direct run without it)."""
+    m = Measurement(startup_s=0.0, frame_s=1.1)
+    assert chunking.efficiency_floor(m) == 3
+    choice = choose_chunk_size(frames=44, m=m, pool=Pool(workers=2, splits=True))
+    assert choice.chunk_size == 22, choice.reason
 
 
 def test_no_worker_is_left_idle_even_below_the_floor() -> None:
@@ -85,12 +96,12 @@ def test_an_earlier_measurement_sizes_the_whole_job_at_submit() -> None:
 
 
 def test_with_splits_the_tail_is_a_startup_and_two_frames() -> None:
-    # One wave of 100-frame chunks (c = 20 + 100·30 s); idle workers split down to one frame, so
+    # One wave of 100-frame chunks (c = 20 + O + 100·30 s); idle workers split down to one frame, so
     # the last to end has its own frame and the one it kept, or a new chunk's start-up and frame.
     m = Measurement(startup_s=20, frame_s=30)
     pool = Pool(workers=1000, interruption_per_h=0.0, splits=True)
     t = expected_makespan_s(100, frames=100_000, m=m, pool=pool, frame_cv=0.25)
-    assert t == pytest.approx(3020 + 20 + 2 * 30)
+    assert t == pytest.approx(3020 + chunking.CHUNK_OVERHEAD_S + 20 + 2 * 30)
 
 
 def test_with_splits_reclaims_do_not_shrink_one_wave_chunks() -> None:
