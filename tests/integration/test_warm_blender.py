@@ -219,6 +219,15 @@ def ready_pool(ctx: WorkerContext) -> WarmPool:
     return found
 
 
+def started_in_background(pool: WarmPool) -> WarmBlender | None:
+    """The ready Blender the pool's own thread starts, as after a task ends."""
+    pool.prestart_soon(0.1)
+    deadline = time.monotonic() + 30
+    while pool._ready is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pool._ready
+
+
 def job_folders(ctx: WorkerContext, job_id: str) -> dict[str, Path]:
     return {name: ctx.job_dir(job_id) / name for name in render.READY_FOLDERS}
 
@@ -355,11 +364,7 @@ def test_a_drain_leaves_the_adopted_blender_to_render_the_chunk_in_hand(
     ctx = worker(tmp_path)
     pool = ready_pool(ctx)
     try:
-        pool.prestart_soon(0)
-        deadline = time.monotonic() + 30
-        while pool._ready is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        ready = pool._ready
+        ready = started_in_background(pool)
         assert ready is not None and pool.adopt("j1", job_folders(ctx, "j1"), ARGV)
         pool.close()
         time.sleep(1.0)
@@ -397,11 +402,7 @@ def test_a_ready_blender_started_in_the_background_lives_on(tmp_path: Path) -> N
     ctx = worker(tmp_path)
     pool = ready_pool(ctx)
     try:
-        pool.prestart_soon(0.1)
-        deadline = time.monotonic() + 30
-        while pool._ready is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        ready = pool._ready
+        ready = started_in_background(pool)
         assert ready is not None and ready.wait_serving(30)
         time.sleep(1.0)  # the starter thread has long returned from starting it
         assert ready.alive() and pool.prestarted == 1
