@@ -62,9 +62,11 @@ def test_demo_scene_renders_into_a_video_with_every_frame(
 
     frames = _objects(local_farm, job_id, "frames")
     assert [Path(k).name for k in frames] == [f"{f:06d}.png" for f in range(1, 49)]
-    assert len(_objects(local_farm, job_id, "segments")) == 6
+    # A chunk per segment and manifest: the 6 planned, and any an idle worker split off the last
+    # ones running (farm.split), which the video above holds frame-exact all the same.
+    assert len(_objects(local_farm, job_id, "segments")) == len(chunks) >= 6
     manifests = _objects(local_farm, job_id, "manifests")
-    assert len(manifests) == 6
+    assert len(manifests) == len(chunks)
     manifest = local_farm.store().get_json(manifests[0])
     assert manifest["frame_count"] == 8
     assert [f["frame"] for f in manifest["frames"]] == list(range(1, 9))
