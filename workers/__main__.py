@@ -84,6 +84,7 @@ def build_context(
         ctx.warm.keep_ready(
             lambda: render.ready_blender(ctx), quiet=lambda: not ctx.jobs_here.running()
         )
+        ctx.jobs_here.on_quiet = ctx.warm.prestart_soon  # a chunk, an encode or a stitch ended
     if ctx.warm is not None:
         # Once it takes no new chunk (spot notice, rebalance, SIGTERM) no chunk will come for an
         # idle Blender; the chunk in hand keeps its own to the end.

@@ -29,6 +29,8 @@ class JobsHere:
         self._cond = threading.Condition()
         self._running: Counter[str] = Counter()
         self._swept: set[str] = set()
+        self.on_quiet: Callable[[], None] | None = None
+        """Called as the last work running here ends (the worker keeps a ready Blender then)."""
 
     @contextmanager
     def using(self, job_id: str) -> Iterator[None]:
@@ -43,6 +45,9 @@ class JobsHere:
                 self._running[job_id] -= 1
                 if self._running[job_id] <= 0:
                     del self._running[job_id]
+                quiet = not self._running
+            if quiet and self.on_quiet is not None:
+                self.on_quiet()
 
     @contextmanager
     def sweeping(self, job_id: str) -> Iterator[bool]:

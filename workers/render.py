@@ -11,7 +11,6 @@ import logging
 import os
 import queue
 import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -443,24 +442,19 @@ def ready_blender(ctx: WorkerContext) -> Ready:
     """A ready Blender (workers.warm): the serve-mode script a chunk here would start, boxed
     over empty folders of its own under `<scratch>/ready`, at the depth of a job's folder."""
     root = ctx.scratch / "ready" / secrets.token_hex(8)
+    root.mkdir(parents=True)
     folders = {name: root / name for name in READY_FOLDERS}
-    for folder in folders.values():
-        folder.mkdir(parents=True)
     script = blender.script_argv(blender=ctx.settings.blender, job_path=None)
     cap = memory_limit(ctx, ctx.caps.cycles_device)
-    try:
-        box = render_box(
-            ctx.settings,
-            workspace=folders["blender"],
-            out_dir=folders["frames"],
-            scene=folders["tree"] / "scene.blend",
-            tree=True,
-        )
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
+    box = render_box(
+        ctx.settings,
+        workspace=folders["blender"],
+        out_dir=folders["frames"],
+        scene=folders["tree"] / "scene.blend",
+        tree=True,
+    )
     if box is None:  # unboxed it sees the job's folders where they are: nothing to move
-        shutil.rmtree(root)
-        root.mkdir()
         return Ready(script, script, cap, root, folders={})
+    for folder in folders.values():
+        folder.mkdir(exist_ok=True)  # render_box made the home (its tmp)
     return Ready(script, wrap(script, box), cap, root, folders)

@@ -92,12 +92,8 @@ def run_chunk_phase(
     after a render on a worker with an encode lane, in that lane, beside the next render.
     `works`: each phase's work (PHASE_WORK unless a test gives its own); `claim_fields`: what
     the claims record beside the worker's meter (the lane's price)."""
-    try:
-        with ctx.jobs_here.using(job_id):  # its folder stays while this runs (workers.janitor)
-            return _run_chunk_phases(ctx, job_id, chunk, phase, works, claim_fields)
-    finally:
-        if ctx.warm is not None:  # the next job's first chunk here starts on it
-            ctx.warm.prestart_soon()
+    with ctx.jobs_here.using(job_id):  # its folder stays while this runs (workers.janitor)
+        return _run_chunk_phases(ctx, job_id, chunk, phase, works, claim_fields)
 
 
 def _run_chunk_phases(

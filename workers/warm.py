@@ -329,7 +329,8 @@ class WarmPool:
             blender = self._ready
             if blender is None or any(b.label == label for b, _ in self._idle):
                 return False
-            if blender.ready is None or blender.ready.script != list(script):
+            assert blender.ready is not None  # a ready one: it has its own folders
+            if blender.ready.script != list(script):
                 return False
             if label in self._adopted or any(p.exists() for p in folders.values()):
                 return False
@@ -339,7 +340,6 @@ class WarmPool:
             log.warning("the ready Blender did not start; job %s's chunk starts its own", label)
             blender.stop()
             return False
-        assert blender.ready is not None
         places: dict[Path, Path] = {}
         try:
             for name, inside in blender.ready.folders.items():

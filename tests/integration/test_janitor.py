@@ -111,6 +111,21 @@ def test_work_of_a_job_waits_for_a_sweep_of_its_folder_in_progress() -> None:
     assert order == ["swept", "work"]
 
 
+def test_the_worker_hears_when_its_last_work_ends() -> None:
+    """Then, and only then, it starts a ready Blender (workers.warm): after a chunk, an encode in
+    the lane or a stitch alike, whichever ends last."""
+    here = JobsHere()
+    quiet: list[frozenset[str]] = []
+    here.on_quiet = lambda: quiet.append(here.running())
+    with here.using("j1"):
+        with here.using("j2"):
+            pass
+        with here.using("j1"):
+            pass
+        assert quiet == []
+    assert quiet == [frozenset()]
+
+
 def test_the_scene_cache_keeps_to_its_cap_sparing_jobs_here_and_downloads(
     ledger: Ledger, tmp_path: Path
 ) -> None:
