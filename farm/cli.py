@@ -1,5 +1,6 @@
 """The `farm` command line. The one place on the control plane that configures logging and turns
-a FarmError into a plain message and an exit code (SpecError and usage errors: 2; others: 1)."""
+a FarmError into a plain message and an exit code (SpecError, UnknownJob and usage errors: 2;
+others: 1)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from farm import keys
 from farm.cli_control import COMMANDS as CONTROL_COMMANDS
 from farm.cli_serve import COMMANDS as SERVE_COMMANDS
 from farm.cli_submit import settings_text, submit, wait_for_job
-from farm.errors import ConfigError, FarmError, SpecError, UnreachableError
+from farm.errors import ConfigError, FarmError, SpecError, UnknownJob, UnreachableError
 from farm.ledger import Ledger
 from farm.report import (
     jobs_table,
@@ -38,7 +39,7 @@ class FarmGroup(click.Group):
                 raise
             hint = _hint(ctx, exc)
             click.echo(f"farm: error: {str(exc).rstrip('.') if hint else exc}{hint}", err=True)
-            ctx.exit(2 if isinstance(exc, SpecError) else 1)
+            ctx.exit(2 if isinstance(exc, (SpecError, UnknownJob)) else 1)
         except OSError as exc:  # a file of the user's: a DEST that cannot be written, a full disk
             if ctx.meta.get("debug"):
                 raise
@@ -102,7 +103,7 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
     ledger = Ledger.from_url(settings.redis_url)
     job = ledger.job(job_id)
     if not job:
-        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+        raise UnknownJob(job_id)
     if wait:
         wait_for_job(settings, job_id, quiet=as_json)
     summary = summarize(ledger, job_id)
@@ -152,7 +153,7 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
     settings = command_settings(ctx).require_farm()
     job = Ledger.from_url(settings.redis_url).job(job_id)
     if not job:
-        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+        raise UnknownJob(job_id)
     partial = job.get("state") in ("failed", "cancelled", "paused") and with_frames
     if job.get("state") != "done" and not partial:
         raise FarmError(
@@ -247,7 +248,7 @@ def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
 def _job_or_fail(ledger: Ledger, job_id: str) -> dict[str, str]:
     job = ledger.job(job_id)
     if not job:
-        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+        raise UnknownJob(job_id)
     return job
 
 

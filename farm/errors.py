@@ -1,7 +1,8 @@
 """The farm's error hierarchy: every error says what the caller should do next.
 
 Transient errors are retried with backoff, permanent ones fail the chunk, interruptions requeue it
-without spending its failure budget. The CLI prints any FarmError plainly and exits 1 (SpecError: 2).
+without spending its failure budget. The CLI prints any FarmError plainly and exits 1 (SpecError,
+UnknownJob: 2).
 """
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ class FarmError(Exception):
 
 class SpecError(FarmError):
     """The job as submitted cannot run: fix the input and submit again (CLI exit code 2)."""
+
+
+class UnknownJob(FarmError):
+    """A job id the ledger does not know: bad input, like a mistyped file name (CLI exit code 2)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id}; `farm jobs` lists the jobs")
 
 
 class ConfigError(FarmError):

@@ -11,7 +11,7 @@ from pathlib import Path
 from farm import assets, cost, keys, limits, speeds, versions
 from farm.chunking import Measurement, Pool, initial_plan
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
-from farm.errors import FarmError, SpecError
+from farm.errors import FarmError, SpecError, UnknownJob
 from farm.ledger import Ledger
 from farm.pipeline import first_phase, kind_of, waiting_for
 from farm.settings import Settings
@@ -133,7 +133,7 @@ def reopen(
     ledger = Ledger.from_url(settings.redis_url)
     job = ledger.job(job_id)
     if not job:
-        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+        raise UnknownJob(job_id)
     ledger.check_reopen(job_id, every_unfinished=every_unfinished)  # before the scene changes
     if scene is not None:
         store = Store.from_settings(settings)
@@ -234,5 +234,5 @@ def reprioritize(settings: Settings, job_id: str, priority: int) -> int:
 def _job_or_fail(ledger: Ledger, job_id: str) -> dict[str, str]:
     job = ledger.job(job_id)
     if not job:
-        raise FarmError(f"no job {job_id}; `farm jobs` lists the jobs")
+        raise UnknownJob(job_id)
     return job

@@ -83,7 +83,7 @@ def test_status_wait_blocks_until_the_job_ends_with_submits_exit_codes(
     again = one_worker.farm("priority", job_id, "10")
     assert again.returncode == 1 and f"job {job_id} is done: it has no chunk left" in again.stderr
     unknown = one_worker.farm("logs", "j-nonesuch")
-    assert unknown.returncode == 1 and "no job j-nonesuch" in unknown.stderr
+    assert unknown.returncode == 2 and "no job j-nonesuch" in unknown.stderr  # bad input
 
 
 def test_a_budget_pauses_the_job_midway_and_resume_finishes_every_frame_once(
