@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from farm.report import eta_s
+from farm.report import elapsed_text, eta_s
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
@@ -133,7 +133,7 @@ def job_page(
     facts = [
         f'state <span class="state {state}" id="job-state">{state}</span>',
         _progress(summary),
-        f"elapsed {clock(summary['elapsed_s'])}",
+        f"elapsed {elapsed_text(summary, clock)}",
     ]
     if summary["state"] in ("queued", "running"):
         facts.append(f"ETA {clock(eta_s(summary)) or '?'}")

@@ -238,7 +238,8 @@ return open_gate(KEYS[1], KEYS[2], ARGV[1], '')
 """
 )
 
-# KEYS: 1 job hash; ARGV: 1 target, 2 allowed sources csv, 3 JSON fields
+# KEYS: 1 job hash; ARGV: 1 target, 2 allowed sources csv, 3 JSON fields, 4 now. A job leaving
+# 'paused' adds the pause to its paused_s (what the ETA leaves out of the time it has run).
 JOB_MOVE = r"""
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing', ''} end
@@ -246,6 +247,12 @@ if state == ARGV[1] then return {'same', state} end
 local allowed = false
 for s in string.gmatch(ARGV[2], '[^,]+') do if s == state then allowed = true end end
 if not allowed then return {'refused', state} end
+if state == 'paused' then
+  local since = tonumber(redis.call('HGET', KEYS[1], 'paused') or '')
+  if since then
+    redis.call('HINCRBYFLOAT', KEYS[1], 'paused_s', math.max(tonumber(ARGV[4]) - since, 0))
+  end
+end
 for k, v in pairs(cjson.decode(ARGV[3])) do redis.call('HSET', KEYS[1], k, tostring(v)) end
 redis.call('HSET', KEYS[1], 'state', ARGV[1])
 return {'ok', state}

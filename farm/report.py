@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich import box
@@ -48,6 +49,8 @@ def job_summary(
 ) -> dict[str, Any]:
     now = now or time.time()
     created, finished = _f(job.get("created")), _f(job.get("finished"))
+    elapsed = round((finished or now) - created, 2) if created else None
+    paused = paused_s(job, finished or now)
     chunk_list = [chunk_summary(c) for c in chunks]
     spec = json.loads(job.get("spec", "{}"))
     return {
@@ -64,11 +67,23 @@ def job_summary(
         "error": job.get("error", ""),
         "spec": spec,
         "created": created,
-        "elapsed_s": round((finished or now) - created, 2) if created else None,
+        "elapsed_s": elapsed,
+        "paused_s": paused,
+        "active_s": None if elapsed is None else round(max(elapsed - paused, 0.0), 2),
         "first_frame_s": _since(created, job.get("first_frame_at")),
         "first_thumbnail_s": _since(created, job.get("first_thumbnail_at")),
         "chunks": chunk_list,
     }
+
+
+def paused_s(job: dict[str, str], now: float) -> float:
+    """Seconds the job has spent paused: its earlier pauses (the ledger adds each as the job
+    leaves 'paused') and, while paused, the one it is in."""
+    total = _f(job.get("paused_s")) or 0.0
+    since = _f(job.get("paused"))
+    if job.get("state") == "paused" and since:
+        total += max(now - since, 0.0)
+    return round(total, 2)
 
 
 def _since(created: float | None, at: str | None) -> float | None:
@@ -78,11 +93,24 @@ def _since(created: float | None, at: str | None) -> float | None:
 
 
 def eta_s(summary: dict[str, Any]) -> float | None:
+    """Time to go at the pace so far: the job's time running (paused time left out: a job
+    paused overnight and resumed has not become slower) over the frames it rendered."""
     done, total = int(summary["frames_rendered"]), int(summary["frames_total"])
-    elapsed = float(summary["elapsed_s"] or 0)
-    if not done or not elapsed or done >= total or summary["state"] == "paused":
+    running = float(summary.get("active_s", summary["elapsed_s"]) or 0)
+    if not done or not running or done >= total or summary["state"] == "paused":
         return None  # a paused job has no end until someone resumes it
-    return elapsed * (total - done) / done
+    return running * (total - done) / done
+
+
+def elapsed_text(
+    summary: dict[str, Any], clock: Callable[[float | None], str] | None = None
+) -> str:
+    """'01:05', or '01:05 (paused 00:30)' for a job that was or is paused (`clock`: how a
+    time is written; this module's by default)."""
+    clock = clock or _clock
+    paused = float(summary.get("paused_s") or 0)
+    text = clock(summary["elapsed_s"])
+    return f"{text} (paused {clock(paused)})" if paused >= 1 else text
 
 
 def _clock(seconds: float | None) -> str:
@@ -143,7 +171,7 @@ def status_table(summary: dict[str, Any]) -> Group:
         head,
         f"chunks {summary['chunks_done']}/{summary['chunks_total']} done, frames "
         f"{summary['frames_rendered']}/{summary['frames_total']} rendered, elapsed "
-        f"{_clock(summary['elapsed_s'])}",
+        f"{elapsed_text(summary)}",
     ]
     if summary.get("first_frame_s") is not None:
         first = f"first   frame in the store {summary['first_frame_s']:.1f} s after submit"

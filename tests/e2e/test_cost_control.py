@@ -143,7 +143,13 @@ def test_pause_lets_the_running_chunk_finish_and_resume_continues(
     }
     assert len(fetched) == after["frames_rendered"] > 0
     one_worker.farm("resume", job_id, check=True)
-    assert wait_final(one_worker, job_id, 240)["state"] == "done"
+    final = wait_final(one_worker, job_id, 240)
+    assert final["state"] == "done"
+    # The pause (over 4 s) is shown beside the elapsed time, and left out of the running time.
+    assert 4 <= final["paused_s"] and final["active_s"] == round(
+        final["elapsed_s"] - final["paused_s"], 2
+    )
+    assert "(paused 00:0" in one_worker.farm("status", job_id, check=True).stdout
     assert one_worker.ledger().render_counts(job_id) == {f: 1 for f in range(1, 6)}
     assert frame_count(one_worker, job_id, tmp_path) == 5
 

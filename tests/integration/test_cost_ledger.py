@@ -111,6 +111,27 @@ def test_a_paused_job_refuses_claims_but_running_chunks_finish(ledger: Ledger) -
     assert ledger.job("j1")["state"] == JobState.RUNNING
 
 
+def test_each_pause_adds_its_length_to_the_jobs_paused_time(ledger: Ledger) -> None:
+    _job(ledger)
+    slept = took = 0.0
+    for seconds in (0.2, 0.3, 0.1):
+        started = time.time()
+        assert ledger.pause_job("j1", "paused by a user").moved
+        time.sleep(seconds)
+        # A job cancelled while paused counts that pause too.
+        last = seconds == 0.1
+        assert (
+            ledger.move_job("j1", JobState.CANCELLED).moved
+            if last
+            else ledger.resume_job("j1").moved
+        )
+        slept, took = slept + seconds, took + time.time() - started
+        assert slept <= float(ledger.job("j1")["paused_s"]) <= took
+    time.sleep(0.1)
+    assert ledger.resume_job("j1").moved  # `farm retry` reopens it: not a pause ending
+    assert slept <= float(ledger.job("j1")["paused_s"]) <= took
+
+
 def test_priority_defaults_to_fifty(ledger: Ledger) -> None:
     _job(ledger)
     assert ledger.priority("j1") == 50

@@ -93,3 +93,26 @@ def test_status_says_when_the_first_frame_and_its_thumbnail_reached_the_store() 
     text = to_text(status_table(summary))
     assert "first   frame in the store 4.2 s after submit, its thumbnail 4.5 s" in text
     assert "first" not in to_text(status_table(job_summary({"id": "j2", "created": "1"}, [])))
+
+
+def test_the_eta_leaves_out_the_time_a_job_spent_paused() -> None:
+    from farm.report import eta_s, status_table, to_text
+
+    # 100 s since submit, 60 s of them paused (an earlier pause of 40 s, and 20 s of this one),
+    # 10 of 20 frames: it ran 40 s for 10 frames, so 40 s to go, not the 100 s elapsed gives.
+    chunks = [{"index": "0", "state": "done", "frames": "[1,2,3,4,5,6,7,8,9,10]",
+               "frames_rendered": "10"}, {"index": "1", "state": "queued",
+               "frames": "[11,12,13,14,15,16,17,18,19,20]"}]  # fmt: skip
+    job = {"id": "j1", "state": "paused", "created": "100", "frames_total": "20",
+           "paused_s": "40", "paused": "180"}  # fmt: skip
+    paused = job_summary(job, chunks, now=200)
+    assert (paused["elapsed_s"], paused["paused_s"], paused["active_s"]) == (100, 60, 40)
+    assert eta_s(paused) is None  # no end while paused
+    assert "elapsed 01:40 (paused 01:00)" in to_text(status_table(paused))
+    resumed = job_summary({**job, "state": "running", "paused_s": "60", "paused": ""}, chunks,
+                          now=200)  # fmt: skip
+    assert (resumed["paused_s"], eta_s(resumed)) == (60, 40)
+    never = job_summary({**job, "state": "running", "paused_s": "", "paused": ""}, chunks, now=200)
+    assert eta_s(never) == 100 and "elapsed 01:40\n" in to_text(status_table(never)) + "\n"
+    page = jobpage.job_page(resumed, chunk_times={}, thumbs=[], logs={}, cost=None, now=200.0)
+    assert "elapsed 1:40 (paused 1:00)" in page
