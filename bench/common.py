@@ -73,6 +73,11 @@ class LocalFarm:
     def store(self) -> Store:
         return Store.from_settings(self.settings())
 
+    def pids(self) -> dict[str, int]:
+        """Each server's and worker's process, as `farm up` recorded them (name -> pid)."""
+        up = json.loads((self.data / "farm-up.json").read_text())
+        return {name: int(pid) for name, pid in up["pids"].items()}
+
     def close(self) -> None:
         subprocess.run(
             [sys.executable, "-m", "farm", "down", "--data", str(self.data)],

@@ -9,11 +9,13 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from celery import Celery
 
+from bench import cpumeter
 from bench.common import LocalFarm, Row
 from bench.tasks import BENCH_NOOP, BENCH_RENDER, WORKS, bench_context
 from farm.dispatch import Dispatcher, Queue, make_app
@@ -143,14 +145,38 @@ def bare_latency(app: Celery, samples: int) -> list[float]:
     return out
 
 
+def cpu_ms_each(
+    farm: LocalFarm, count: int, run: Callable[[], float]
+) -> tuple[float, dict[str, float]]:
+    """`run()`'s result, and the CPU milliseconds each part of the machine spent per one of its
+    `count` chunks or tasks: the workers, the store, the broker, Flower, the reconciler, the job
+    pages, the bench, and the rest of the machine ('other')."""
+    roots = farm.pids()
+    before = cpumeter.sample(roots)
+    result = run()
+    used = cpumeter.spent(before, cpumeter.sample(roots))
+    parts = {"workers": sum(s for n, s in used.items() if n.startswith("worker"))}
+    names = {"s3": "store", "redis": "broker", cpumeter.SELF: "bench"}
+    parts |= {names.get(n, n): s for n, s in used.items() if not n.startswith("worker")}
+    return result, {name: round(s * 1000 / count, 2) for name, s in parts.items()}
+
+
+def _cpu_text(parts: dict[str, float]) -> str:
+    return (
+        f"{sum(parts.values()):.1f} ms CPU ("
+        + ", ".join(f"{name} {ms:.1f}" for name, ms in parts.items())
+        + ")"
+    )
+
+
 def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
     chunks, samples = (20, 10) if quick else (500, 100)
     app = make_app(farm.settings(), name="bench")
     bare_latency(app, 3)  # warm the connections on both sides
     farm_lat = farm_latency(farm, app, samples)
     bare_lat = bare_latency(app, samples)
-    farm_rate = farm_throughput(farm, app, chunks)
-    bare_rate = bare_throughput(app, chunks)
+    farm_rate, farm_cpu = cpu_ms_each(farm, chunks, lambda: farm_throughput(farm, app, chunks))
+    bare_rate, bare_cpu = cpu_ms_each(farm, chunks, lambda: bare_throughput(app, chunks))
     calls = inprocess_ms(farm, app, samples)
     result = {
         "workers": farm.workers,
@@ -165,6 +191,8 @@ def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
         "inprocess_chunk_ms": calls["chunk_ms"],
         "inprocess_ledger_ms_per_chunk": calls["ledger_ms"],
         "inprocess_store_ms_per_chunk": calls["store_ms"],
+        "cpu_ms_per_chunk": farm_cpu,
+        "cpu_ms_per_bare_task": bare_cpu,
     }
     rows = [
         Row(
@@ -174,7 +202,8 @@ def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
             baseline=f"{bare_rate:.0f} bare tasks/s",
             ratio=bare_rate / farm_rate,
             note="ratio: bare/farm; a chunk is one task (render, then its segment in the same "
-            "task on a worker that encodes)",
+            f"task on a worker that encodes); a chunk took {_cpu_text(farm_cpu)}, a bare task "
+            f"{_cpu_text(bare_cpu)}",
         ),
         Row(
             bench="dispatch",

@@ -59,6 +59,10 @@ def test_dispatch_smoke(bench_farm: LocalFarm) -> None:
     _rows_ok(rows, "dispatch")
     assert result["farm_chunks_per_s"] > 0 and result["bare_tasks_per_s"] > 0
     assert result["farm_chunk_latency_ms_median"] > 0
+    # Where the CPU went: each chunk's three objects cost the store CPU that no bare task does.
+    chunk, bare = result["cpu_ms_per_chunk"], result["cpu_ms_per_bare_task"]
+    assert chunk["workers"] > bare["workers"] > 0 and chunk["store"] > bare["store"]
+    assert "ms CPU (workers " in rows[0].note
 
 
 def test_ledger_smoke() -> None:
