@@ -24,7 +24,7 @@ from farm.pipeline import PHASES, Phase
 from farm.state import JobState
 from workers.attempt import ChunkAttempt, Outcome, Work
 from workers.context import WorkerContext
-from workers.render import FrameUploader, frames_to_render
+from workers.frames import FrameUploader, frames_to_render
 from workers.tasks import run_chunk_phase
 
 BENCH_RENDER = "farm.bench.render"

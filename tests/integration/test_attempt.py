@@ -32,9 +32,9 @@ from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job, wait_until
 from workers.attempt import ChunkAttempt, Outcome
 from workers.context import WorkerContext
+from workers.frames import FrameUploader, write_permit
 from workers.gpu import Capabilities
 from workers.lease import LeaseKeeper
-from workers.render import FrameUploader, write_permit
 from workers.segment import gather_frames
 from workers.tasks import run_chunk_phase
 

@@ -23,7 +23,8 @@ from workers import blender, render
 from workers.box import render_box
 from workers.context import WorkerContext
 from workers.gpu import Capabilities
-from workers.warm import Start, WarmBlender, WarmPool
+from workers.serving import WarmBlender
+from workers.warm import Start, WarmPool
 
 
 class Chunk:

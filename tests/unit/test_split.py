@@ -10,8 +10,8 @@ from typing import Any
 from farm.proc import Running
 from farm.split import MIN_REST, choose, margin_frames, split_point
 from workers.blender_render import Renderer
+from workers.frames import FrameUploader, kept, write_permit
 from workers.lease import LeaseKeeper
-from workers.render import FrameUploader, kept, write_permit
 from workers.stitch import first_frame
 
 
