@@ -23,13 +23,14 @@ def _processes() -> dict[int, tuple[int, float]]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        try:  # bytes: a process's name (before the last ')') may be anything
+            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
+            # After the name: state, ppid, ..., then utime, stime, cutime, cstime (proc(5)'s
+            # fields 14 to 17, here 11 to 14).
+            ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
+            out[int(entry.name)] = (int(fields[1]), ticks / TICK)
+        except (OSError, IndexError, ValueError):
             continue  # it ended while we looked
-        # After the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15), 1-based 14-17.
-        ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
-        out[int(entry.name)] = (int(fields[1]), ticks / TICK)
     return out
 
 

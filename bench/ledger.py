@@ -1,6 +1,6 @@
 """The ledger alone, driven as 1,000 workers would drive it, on one Redis: each chunk (one frame)
 goes through the Ledger calls a worker that renders and encodes makes, in its order
-(workers/tasks.py, attempt.py, render.py, lease.py): claim, frame started, frame recorded (with
+(workers/tasks.py, attempt.py, frames.py, lease.py): claim, frame started, frame recorded (with
 the job's first-frame time, in the same round trip), lease renewed, rendered, claim for the
 segment, done with the completion gate.
 

@@ -21,6 +21,10 @@ class UnknownJob(FarmError):
 
     def __init__(self, job_id: str) -> None:
         super().__init__(f"no job {job_id}; `farm jobs` lists the jobs")
+        self.job_id = job_id
+
+    def __reduce__(self) -> tuple[type[UnknownJob], tuple[str]]:
+        return (UnknownJob, (self.job_id,))
 
 
 class ConfigError(FarmError):

@@ -86,7 +86,7 @@ def jobs_page(rows: list[tuple[dict[str, Any], Cost | None]]) -> str:
             escape(s["kind"]),
             f'<span class="state {state}">{state}</span>',
             _progress(s),
-            clock(s["elapsed_s"]),
+            elapsed_text(s, clock),
             eta,
         ]
         if with_cost:

@@ -12,6 +12,21 @@ def _lua_set(names: Iterable[str]) -> str:
     return "({" + ", ".join(f"['{n}']=true" for n in sorted(names)) + "})"
 
 
+# A pause's end, shared by JOB_MOVE and CHUNK_MOVE (a job that fails while paused): the time the
+# job stood still is added to its paused_s, from the later of its pause and the end of the last
+# attempt that ran on after it (`held_end`: running chunks finish during a pause, and the frames
+# they make are the job's progress, so their time is not paused time).
+_PAUSE = r"""
+local function end_pause(job, now)  -- the job is paused: its callers know
+  local p = redis.call('HMGET', job, 'paused', 'held_end')
+  local since = tonumber(p[1] or '')
+  if not since then return end
+  local held = tonumber(p[2] or '')
+  if held and held > since then since = held end
+  redis.call('HINCRBYFLOAT', job, 'paused_s', math.max(tonumber(now) - since, 0))
+end
+"""
+
 # The completion gate, shared by START_STITCH and CHUNK_MOVE: the job moves to 'stitching' for
 # exactly one caller, once every chunk is done, never while an auto-sized job's plan is pending
 # (chunks_total does not count the rest yet). Records the event; returns 1 for the winner, else 0.
@@ -48,6 +63,7 @@ end
 # the reads a claim needs; the chunk is read with one HMGET and written with one HSET.
 CHUNK_MOVE = (
     _GATE
+    + _PAUSE
     + r"""
 local c = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempt', 'retry', 'claims', 'started',
   'claimed_at', 'lease_expires', 'price_per_s', 'instance_type', 'lifecycle', 'index')
@@ -75,6 +91,7 @@ if mode == 'expire' and (tonumber(c[8] or '0') or 0) > tonumber(ARGV[9]) then
 end
 local fields = cjson.decode(ARGV[6])
 local token = c[2] or ''
+local pause_ends = false  -- the job fails while paused (below): its pause ends here
 local sets = {}  -- the chunk's new fields, written by one HSET at the end (a later one wins)
 local function set(k, v) sets[#sets + 1] = k; sets[#sets + 1] = v end
 if mode == 'claim' then
@@ -111,6 +128,7 @@ elseif mode == 'fail' or mode == 'expire' then
     target = 'failed'
     if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
       local what = (mode == 'fail') and ' failed ' or ' lost its worker '
+      pause_ends = jstate == 'paused'
       redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9],
         'error', 'chunk ' .. c[12] .. what ..
         tostring(failures) .. ' times: ' .. (fields['error'] or 'unknown error'))
@@ -122,6 +140,7 @@ elseif mode == 'interrupt' then
   if tonumber(ARGV[10]) > 0 and interruptions >= 3 * tonumber(ARGV[10]) then
     target = 'failed'
     if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
+      pause_ends = jstate == 'paused'
       redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9], 'error',
         'chunk ' .. c[12] .. ' was interrupted ' .. tostring(interruptions) .. ' times')
     end
@@ -144,6 +163,7 @@ if mode ~= 'claim' and claimed and HELD[state] then
   local per_s = tonumber(c[9] or '0') or 0
   local where = (c[10] or 'unknown') .. ':' .. (c[11] or 'local')
   local useful = USEFUL[target] == true
+  if jstate == 'paused' then redis.call('HSET', KEYS[2], 'held_end', ended) end
   redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s', secs)
   redis.call('HINCRBYFLOAT', KEYS[4], 'cost', secs * per_s)
   redis.call('HINCRBY', KEYS[4], 'attempts', 1)
@@ -165,6 +185,7 @@ if mode ~= 'claim' and claimed and HELD[state] then
     phase = state, ['end'] = target, mode = mode, s = secs, cost = secs * per_s, where = where,
     t = tonumber(ARGV[9])}))
 end
+if pause_ends then end_pause(KEYS[2], ARGV[9]) end  -- after held_end took this attempt's end
 for k, v in pairs(fields) do set(k, tostring(v)) end
 set('state', target)
 set('updated', ARGV[9])
@@ -240,23 +261,21 @@ return open_gate(KEYS[1], KEYS[2], ARGV[1], '')
 
 # KEYS: 1 job hash; ARGV: 1 target, 2 allowed sources csv, 3 JSON fields, 4 now. A job leaving
 # 'paused' adds the pause to its paused_s (what the ETA leaves out of the time it has run).
-JOB_MOVE = r"""
+JOB_MOVE = (
+    _PAUSE
+    + r"""
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing', ''} end
 if state == ARGV[1] then return {'same', state} end
 local allowed = false
 for s in string.gmatch(ARGV[2], '[^,]+') do if s == state then allowed = true end end
 if not allowed then return {'refused', state} end
-if state == 'paused' then
-  local since = tonumber(redis.call('HGET', KEYS[1], 'paused') or '')
-  if since then
-    redis.call('HINCRBYFLOAT', KEYS[1], 'paused_s', math.max(tonumber(ARGV[4]) - since, 0))
-  end
-end
+if state == 'paused' then end_pause(KEYS[1], ARGV[4]) end
 for k, v in pairs(cjson.decode(ARGV[3])) do redis.call('HSET', KEYS[1], k, tostring(v)) end
 redis.call('HSET', KEYS[1], 'state', ARGV[1])
 return {'ok', state}
 """
+)
 
 # KEYS: 1 job hash, 2.. the new chunk hashes (indexes chunks_total, chunks_total+1, ...)
 # ARGV: 1 now, 2 chunk size, 3 reason, 4 JSON list of frame lists, 5 expected chunks_total

@@ -120,7 +120,7 @@ def spawn(
     stdin: int = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
     """Start a program in its own session, stdout and stderr on one pipe, dying with this
-    process (workers.warm keeps one running between chunks, writing to its stdin)."""
+    process (workers.serving keeps one running between chunks, writing to its stdin)."""
     try:
         return subprocess.Popen(
             list(argv),

@@ -77,12 +77,14 @@ def job_summary(
 
 
 def paused_s(job: dict[str, str], now: float) -> float:
-    """Seconds the job has spent paused: its earlier pauses (the ledger adds each as the job
-    leaves 'paused') and, while paused, the one it is in."""
+    """Seconds the job has stood still for a pause: its earlier pauses (the ledger adds each as
+    the job leaves 'paused') and, while paused, the one it is in, each counted from the later of
+    the pause and the end of the last attempt that ran on after it (farm.ledger_lua's _PAUSE;
+    an attempt still running when the job resumes is not seen, and its pause counts whole)."""
     total = _f(job.get("paused_s")) or 0.0
     since = _f(job.get("paused"))
     if job.get("state") == "paused" and since:
-        total += max(now - since, 0.0)
+        total += max(now - max(since, _f(job.get("held_end")) or 0.0), 0.0)
     return round(total, 2)
 
 
@@ -136,7 +138,7 @@ def progress_line(summary: dict[str, Any]) -> str:
     return (
         f"{summary['state']:<9} chunks {summary['chunks_done']}/{summary['chunks_total']}"
         f"  frames {summary['frames_rendered']}/{max(summary['frames_total'], 1)}"
-        f"  elapsed {_clock(summary['elapsed_s'])}  eta {_clock(eta_s(summary))}"
+        f"  elapsed {elapsed_text(summary)}  eta {_clock(eta_s(summary))}"
     )
 
 
@@ -159,7 +161,7 @@ def advance(progress: Progress, task: TaskID, summary: dict[str, Any]) -> None:
         completed=summary["frames_rendered"],
         state=summary["state"],
         chunks=f"{summary['chunks_done']}/{summary['chunks_total']}",
-        elapsed=_clock(summary["elapsed_s"]),
+        elapsed=elapsed_text(summary),
         eta=_clock(eta_s(summary)),
     )
 

@@ -7,7 +7,7 @@ It imports nothing from the farm, so any Blender can run it. Each finished frame
 one stdout line carrying the job's nonce (`FARM-FRAME <nonce> {...}`); any error exits non-zero
 with its message on stderr. The job file is built by workers/blender.py (`job_file`).
 
-With `--serve` instead of `--job` it is a warm Blender (workers/warm.py): it reads job files' paths
+With `--serve` instead of `--job` it is a warm Blender (workers/serving.py, warm.py): it reads job files' paths
 from stdin, one a line, opens the scene for the first and keeps it open for the next ones, which
 must differ from the first only in their frames, nonce and permit (one job's next chunks), and
 says `FARM-DONE <nonce> {}` after each; an empty line or the end of stdin ends it.

@@ -10,7 +10,7 @@ A folder is kept while work of its job runs in this process (a task, the encode 
 the sweep after that removes it, ending the job's idle warm Blender first (its home is there). A
 retried job runs anew: its next attempt here waits for a sweep of its folder in progress, then
 builds the folder again. Frames go sooner: on a host that only renders, once they are in the
-store (workers.render); on one that encodes, once its segment holds them (workers.segment).
+store (workers.frames); on one that encodes, once its segment holds them (workers.segment).
 """
 
 from __future__ import annotations

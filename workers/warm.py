@@ -9,9 +9,9 @@ frames, nonce and permit.
 
 Each is a workers.serving.WarmBlender. One is kept only for the same key (its command line, its
 box, its memory cap and its job file but for those three fields: the same job on the same host,
-set up the same way), only after a chunk it ended cleanly, and for `warm_blender_s` seconds at most; anything else (another job, a
-crash, a stop for a lost lease or a cancel) ends it, so a chunk never meets a Blender that has
-seen anything but its own job's scene.
+set up the same way), only after a chunk it ended cleanly, and for `warm_blender_s` seconds at
+most; anything else (another job, a crash, a stop for a lost lease or a cancel) ends it, so a
+chunk never meets a Blender that has seen anything but its own job's scene.
 
 A ready Blender goes further: an idle render worker keeps one started ahead of any job, past its
 start-up (bpy's import, half a second to a second), in a box over empty folders of its own

@@ -12,34 +12,44 @@ from pathlib import Path
 from bench import cpumeter
 
 BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
-# Waits for the go file, starts a child that burns 0.4 s of CPU, burns 0.2 s itself, waits for
-# the child (reaping it), then sleeps: 0.6 s of the tree's CPU after `go`, and the root lives on.
+# The child burns 0.3 s, says so (a file), burns 0.3 s more. The root waits for the go file,
+# starts the child, waits for it without burning anything itself (the first 0.3 s counted to the
+# root can only be its child's), then says it is done and sleeps on.
+CHILD = BURN.format(s=0.3) + "open(__import__('sys').argv[1], 'w').close()\n" + BURN.format(s=0.3)
 TREE = f"""import os, subprocess, sys, time
+open(sys.argv[1] + '.up', 'w').close()
 while not os.path.exists(sys.argv[1]): time.sleep(0.01)
-child = subprocess.Popen([sys.executable, '-c', {BURN.format(s=0.4)!r}])
-{BURN.format(s=0.2)}child.wait()
+subprocess.Popen([sys.executable, '-c', {CHILD!r}, sys.argv[1] + '.half']).wait()
 open(sys.argv[1] + '.done', 'w').close()
-time.sleep(30)
+time.sleep(60)
 """
+IDLE = "import sys, time\nopen(sys.argv[1], 'w').close()\ntime.sleep(60)\n"
+
+
+def _wait_for(path: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never came"
+        time.sleep(0.01)
 
 
 def test_the_cpu_a_tree_spends_is_counted_to_its_root(tmp_path: Path) -> None:
     go = tmp_path / "go"
     busy = subprocess.Popen([sys.executable, "-c", TREE, str(go)])
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    idle = subprocess.Popen([sys.executable, "-c", IDLE, str(tmp_path / "idle.up")])
     try:
-        time.sleep(0.5)  # both interpreters started before the first sample
+        _wait_for(tmp_path / "go.up")  # both interpreters have started
+        _wait_for(tmp_path / "idle.up")
         roots = {"busy": busy.pid, "idle": idle.pid}
         before = cpumeter.sample(roots)
         go.touch()
-        time.sleep(0.3)  # the child is burning: a live descendant counts to its root
-        assert cpumeter.spent(before, cpumeter.sample(roots))["busy"] > 0.15
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "go.done").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for(tmp_path / "go.half")  # the child, still running, has burnt 0.3 s
+        assert cpumeter.spent(before, cpumeter.sample(roots))["busy"] >= 0.25
+        _wait_for(tmp_path / "go.done")  # the child ended and its parent reaped it
         used = cpumeter.spent(before, cpumeter.sample(roots))
     finally:
-        idle.kill()
-        busy.kill()
-    assert 0.55 <= used["busy"] <= 1.0  # the child, reaped, is in its parent's times
+        for process in (busy, idle):
+            process.kill()
+            process.wait()
+    assert 0.55 <= used["busy"] <= 1.5
     assert used["idle"] < 0.05

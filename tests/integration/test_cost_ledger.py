@@ -132,6 +132,42 @@ def test_each_pause_adds_its_length_to_the_jobs_paused_time(ledger: Ledger) -> N
     assert slept <= float(ledger.job("j1")["paused_s"]) <= took
 
 
+def test_a_pause_counts_from_when_the_chunks_running_at_it_ended(ledger: Ledger) -> None:
+    _job(ledger)
+    token = _claim(ledger, 0)
+    assert ledger.pause_job("j1", "paused by a user").moved
+    time.sleep(0.3)  # chunk 0 renders on: the job is still making frames
+    ended = time.time()
+    assert ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token).moved
+    time.sleep(0.2)
+    assert ledger.resume_job("j1").moved
+    assert 0.2 <= float(ledger.job("j1")["paused_s"]) <= time.time() - ended
+
+
+def test_a_job_that_fails_while_paused_ends_its_pause(ledger: Ledger) -> None:
+    _job(ledger)
+    token = _claim(ledger, 0)
+    assert ledger.pause_job("j1", "paused by a user").moved
+    started = time.time()
+    time.sleep(0.2)
+    # Its running chunk fails for the last time: the job fails, its pause ends. The chunk ran
+    # until then, so the job never stood still.
+    failed = ledger.move_chunk("j1", 0, ChunkState.FAILED, token=token, mode="fail",
+                               max_failures=1, error="boom")  # fmt: skip
+    assert failed.moved and ledger.job("j1")["state"] == JobState.FAILED
+    assert float(ledger.job("j1")["paused_s"]) == 0
+    # A lost lease found later: the worker vanished when its lease ran out, 0.1 s into the pause.
+    _job(ledger, job_id="j2")
+    lost = ledger.move_chunk("j2", 0, ChunkState.RENDERING, mode="claim", lease_s=0.1,
+                             worker="w")  # fmt: skip
+    assert ledger.pause_job("j2", "paused by a user").moved
+    time.sleep(0.4)
+    assert ledger.move_chunk("j2", 0, ChunkState.QUEUED, token=lost.token, mode="expire",
+                             max_failures=1).moved  # fmt: skip
+    assert ledger.job("j2")["state"] == JobState.FAILED
+    assert 0.25 <= float(ledger.job("j2")["paused_s"]) <= time.time() - started
+
+
 def test_priority_defaults_to_fifty(ledger: Ledger) -> None:
     _job(ledger)
     assert ledger.priority("j1") == 50

@@ -1,4 +1,4 @@
-"""Warm Blenders (workers/warm.py): the render script in serve mode, run for real with the bpy 4.5
+"""Warm Blenders (workers/warm.py, serving.py): the render script in serve mode, run for real with the bpy 4.5
 wheel, keeps a job's scene open between its chunks, renders the frames a fresh Blender renders,
 and is ended rather than reused for anything else."""
 
