@@ -55,10 +55,14 @@ def chunk_life(ledger: Ledger, job_id: str, index: int, frame: int, worker: str)
     # The attempt's first frame stored: its record, the chunk's progress, the job's first-frame time.
     ledger.record_frame(job_id, frame, 6512, "ab" * 32, chunk=index, first=True, frames_rendered=1)
     ledger.renew(job_id, index, token, 30)  # the lease keeper, every 2 s while the work runs
-    ledger.move_chunk(job_id, index, RENDER.done, token=token, rendered_by=worker, **RENDERED)
-    claim = ledger.claim(job_id, index, SEGMENT.running, only_from=SEGMENT.claim_from,
-                         lease_s=30, worker=worker, block_after=BLOCK_AFTER,
-                         phase=str(SEGMENT.phase))  # fmt: skip
+    # Rendered, and claimed for its segment on the same worker, in one round trip.
+    _, claim = ledger.move_then_claim(
+        job_id, index, RENDER.done, token=token, gate=False,
+        fields={"rendered_by": worker, **RENDERED}, then=SEGMENT.running,
+        then_from=SEGMENT.claim_from, lease_s=30, worker=worker, block_after=BLOCK_AFTER,
+        phase=str(SEGMENT.phase),
+    )  # fmt: skip
+    assert claim is not None
     move = ledger.move_chunk(job_id, index, SEGMENT.done, token=claim.move.token, gate=True,
                              **ENCODED)  # fmt: skip
     assert move.moved, move

@@ -13,11 +13,14 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from farm import keys
 from farm.errors import LedgerError
 from farm.ledger_base import Claim, Move, move_of, records_of, wrapped
 from farm.ledger_fleet import FleetRecords
 from farm.ledger_jobs import JobRecords
+from farm.ledger_split import SplitRecords
 from farm.pipeline import running_states, sources_of
 from farm.state import ENDED, ChunkState, JobState
 
@@ -25,53 +28,10 @@ __all__ = ["Claim", "Ledger", "Move"]
 log = logging.getLogger(__name__)
 
 
-class Ledger(JobRecords, FleetRecords):
+class Ledger(JobRecords, FleetRecords, SplitRecords):
     """All of the farm's Redis state goes through here: chunks' moves, claims, leases and frames
     here; jobs (farm.ledger_jobs), the webhook outbox (farm.ledger_outbox), workers and queues
-    (farm.ledger_fleet) in the classes it joins."""
-
-    def split_chunk(
-        self,
-        job_id: str,
-        index: int,
-        *,
-        token: str,
-        last_frame: int,
-        chunks_total: int,
-        min_rest: int = 2,
-    ) -> int | None:
-        """No idle tail: the rendering chunk keeps its frames up to `last_frame` and a new queued
-        chunk, numbered `chunks_total`, takes the rest (at least `min_rest` frames), atomically and
-        once. Returns the new chunk's index for the caller that split, else None. Its owner hears
-        of it on its wake channel (wakeups) at once, else at its next lease renewal ('split:N'),
-        and stops after frame N."""
-        with wrapped(f"split chunk {index} of {job_id}"):
-            result = self._split(
-                keys=[
-                    keys.r_chunk(job_id, index),
-                    keys.r_job(job_id),
-                    keys.r_chunk(job_id, chunks_total),
-                ],
-                args=[token, last_frame, chunks_total, time.time(), min_rest],
-            )
-        if int(result[0]) != 1:
-            log.debug("chunk %s/%d not split: %s", job_id, index, result[1])
-            return None
-        new, kept, moved, owner = int(result[1]), int(result[2]), int(result[3]), result[4]
-        self.event(job_id, "split", chunk=index, new_chunk=new, last_frame=last_frame,
-                   kept=kept, moved=moved)  # fmt: skip
-        if owner:
-            with wrapped(f"wake the owner of chunk {index} of {job_id}"):
-                self.r.publish(keys.r_wake(owner), f"{job_id} {index}")
-        return new
-
-    def wakeups(self, worker: str) -> Any:
-        """A subscription to `worker`'s wake channel (redis-py PubSub): `get_message(timeout=)`
-        gives {"data": "job_id chunk"} for each of its chunks another worker split."""
-        with wrapped("subscribe to wake-ups"):
-            sub = self.r.pubsub(ignore_subscribe_messages=True)
-            sub.subscribe(keys.r_wake(worker))
-        return sub
+    (farm.ledger_fleet), splits (farm.ledger_split) in the classes it joins."""
 
     def try_start_stitch(self, job_id: str) -> bool:
         """The completion gate: true for exactly one caller once every chunk is done (the
@@ -131,17 +91,51 @@ class Ledger(JobRecords, FleetRecords):
             flags="r", block=worker if block_after > 0 else "", block_after=block_after,
             fields={"worker": worker, **fields},
         )  # fmt: skip
-        move = move_of(result)
-        if move.status == "blocked":
-            return Claim(move=move, blocked=int(result[2]))
-        if not move.moved or len(result) < 8:
-            return Claim(move=move)
-        return Claim(
-            move=move,
-            job=json.loads(result[5]),
-            frames=json.loads(result[6]),
-            records=records_of(json.loads(result[7])),
-        )
+        return _claim_of(result)
+
+    def move_then_claim(
+        self,
+        job_id: str,
+        index: int,
+        target: ChunkState,
+        *,
+        token: str,
+        gate: bool,
+        fields: dict[str, Any],
+        then: ChunkState,
+        then_from: frozenset[ChunkState],
+        lease_s: float,
+        worker: str,
+        block_after: int = 0,
+        **claim_fields: Any,
+    ) -> tuple[Move, Claim | None]:
+        """move_chunk to `target` under `token` and, in the same round trip, `claim` the chunk
+        here for its next phase (`then` from `then_from`), checking the same token: it takes
+        the chunk only from this attempt's own move. The claim is None where it took nothing
+        (a budget to price, the blocklist, a refused move): the caller claims as usual."""
+        if job_id in self._budgeted:  # its claims are priced first: no pipeline
+            return self.move_chunk(job_id, index, target, token=token, gate=gate, **fields), None
+        calls = [
+            self._chunk_args(job_id, index, target, token=token, lease_s=None, mode="",
+                             max_failures=0, only_from=None, flags="g" if gate else "",
+                             fields=fields, block="", block_after=0),
+            self._chunk_args(job_id, index, then, token=token, lease_s=lease_s, mode="claim",
+                             max_failures=0, only_from=then_from, flags="r",
+                             fields={"worker": worker, **claim_fields},
+                             block=worker if block_after > 0 else "", block_after=block_after),
+        ]  # fmt: skip
+        with wrapped(f"move chunk {index} of {job_id} to {target} and claim it for {then}"):
+            pipe = self.r.pipeline(transaction=False)
+            for script_keys, args in calls:
+                pipe.evalsha(self._move.sha, len(script_keys), *script_keys, *args)
+            try:
+                moved, claimed = pipe.execute()
+            except NoScriptError:  # a Redis that lost its scripts: nothing ran; load them
+                return self.move_chunk(job_id, index, target, token=token, gate=gate,
+                                       **fields), None  # fmt: skip
+        self._announce_failed(job_id, moved)
+        claim = _claim_of(claimed)
+        return move_of(moved), claim if claim.move.moved else None
 
     def _chunk_script(
         self,
@@ -162,6 +156,44 @@ class Ledger(JobRecords, FleetRecords):
         """CHUNK_MOVE (farm/ledger_lua.py), its raw answer. The first claim of a job with a
         budget stops in the script ('budget'), is priced here (enforce_budget may pause the
         job) and asked again; later ones are priced first. A job without one costs no read."""
+        script_keys, args = self._chunk_args(
+            job_id, index, target, token=token, lease_s=lease_s, mode=mode,
+            max_failures=max_failures, only_from=only_from, flags=flags, fields=fields,
+            block=block, block_after=block_after,
+        )  # fmt: skip
+        with wrapped(f"move chunk {index} of {job_id} to {target}"):
+            result: list[Any] = self._move(keys=script_keys, args=args)
+            if result[0] == "budget":
+                if len(self._budgeted) > 10_000:
+                    self._budgeted.clear()
+                self._budgeted.add(job_id)
+                self.enforce_budget(job_id)
+                args[11] = str(args[11]).replace("b", "")
+                result = self._move(keys=script_keys, args=args)
+        self._announce_failed(job_id, result)
+        return result
+
+    def _announce_failed(self, job_id: str, result: list[Any]) -> None:
+        if result[0] == "ok" and len(result) > 3 and result[3] == ChunkState.FAILED:
+            self.announce(job_id, JobState.FAILED)  # the script may have failed the job
+
+    def _chunk_args(
+        self,
+        job_id: str,
+        index: int,
+        target: ChunkState,
+        *,
+        token: str,
+        lease_s: float | None,
+        mode: str,
+        max_failures: int,
+        only_from: frozenset[ChunkState] | None,
+        flags: str,
+        fields: dict[str, Any],
+        block: str,
+        block_after: int,
+    ) -> tuple[list[str], list[str | int | float]]:
+        """CHUNK_MOVE's keys and arguments (a claim of a budgeted job is priced here first)."""
         now = time.time()
         expiry = "" if lease_s is None else str(now + lease_s)
         if lease_s is not None:
@@ -206,18 +238,7 @@ class Ledger(JobRecords, FleetRecords):
             keys.r_blocklist(job_id),
             keys.r_frames(job_id),
         ]
-        with wrapped(f"move chunk {index} of {job_id} to {target}"):
-            result: list[Any] = self._move(keys=script_keys, args=args)
-            if result[0] == "budget":
-                if len(self._budgeted) > 10_000:
-                    self._budgeted.clear()
-                self._budgeted.add(job_id)
-                self.enforce_budget(job_id)
-                args[11] = flags.replace("b", "")
-                result = self._move(keys=script_keys, args=args)
-        if result[0] == "ok" and len(result) > 3 and result[3] == ChunkState.FAILED:
-            self.announce(job_id, JobState.FAILED)  # the script may have failed the job
-        return result
+        return script_keys, args
 
     def renew(self, job_id: str, index: int, token: str, lease_s: float) -> str:
         """'ok', 'lost' (another attempt owns the chunk) or 'cancelled' (stop now)."""
@@ -362,3 +383,18 @@ class Ledger(JobRecords, FleetRecords):
         with wrapped("read leases"):
             members: list[str] = self.r.zrangebyscore(keys.r_leases(), 0, now or time.time())
         return [keys.parse_lease_member(m) for m in members]
+
+
+def _claim_of(result: list[Any]) -> Claim:
+    """A claim's CHUNK_MOVE answer: the move, and what it brought back when it took the chunk."""
+    move = move_of(result)
+    if move.status == "blocked":
+        return Claim(move=move, blocked=int(result[2]))
+    if not move.moved or len(result) < 8:
+        return Claim(move=move)
+    return Claim(
+        move=move,
+        job=json.loads(result[5]),
+        frames=json.loads(result[6]),
+        records=records_of(json.loads(result[7])),
+    )

@@ -22,6 +22,7 @@ from typing import Any
 
 from farm import keys
 from farm.errors import ChunkInterrupted, LeaseLost, PermanentError
+from farm.ledger import Claim
 from farm.pipeline import PhaseSpec
 from farm.proc import Result, Running, run
 from farm.sandbox import Box, unwrapped_returncode, wrap
@@ -33,6 +34,16 @@ from workers.lease import LeaseKeeper
 log = logging.getLogger(__name__)
 _local = threading.local()
 _STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
+
+
+NEXT_CLAIM = "_next_claim"
+"""run_attempt's result key for the next phase's claim (`then`): not for a task's result."""
+
+
+def take_next_claim(result: dict[str, Any]) -> Claim | None:
+    """The next phase's claim run_attempt made with its done move, out of its result."""
+    found = result.pop(NEXT_CLAIM, None)
+    return found if isinstance(found, Claim) else None
 
 
 def hold(token: str) -> None:
@@ -231,6 +242,8 @@ def run_attempt(
     send_next: bool = True,
     block_after: int = 0,
     claim_fields: Mapping[str, str] | None = None,
+    claimed: Claim | None = None,
+    then: PhaseSpec | None = None,
 ) -> dict[str, Any]:
     """Claim the chunk for `phase`, run `work` under the lease, write its manifest last, record
     the chunk done for this phase and hand it on (`send_next` false: the caller runs the next
@@ -238,21 +251,25 @@ def run_attempt(
     failure policy asks for). `block_after` > 0: a worker that failed the job that many times
     claims nothing and gets {"blocked": failures} (the caller decides; see Ledger.claim).
     `claim_fields`: recorded by the claim over the worker's meter (workers.alongside's price).
+    `claimed`: the claim made already (by the done move of the phase before, here); `then`: the
+    next phase, which the caller runs here: the done move claims the chunk for it in the same
+    round trip, and the result's NEXT_CLAIM holds that claim (None where it took nothing).
 
     Ledger round trips of a clean attempt: the claim (which also brings back the job, the chunk's
-    frames and their records), the lease renewals, and the done move (with the completion gate
-    after the last phase)."""
-    claimed = ctx.ledger.claim(
-        job_id,
-        index,
-        phase.running,
-        only_from=phase.claim_from,
-        lease_s=ctx.settings.lease_s,
-        worker=ctx.name,
-        block_after=block_after,
-        phase=str(phase.phase),
-        **(claim_fields or {}),
-    )
+    frames and their records; none where `claimed`), the lease renewals, and the done move (with
+    the completion gate after the last phase, or the next phase's claim with `then`)."""
+    if claimed is None:
+        claimed = ctx.ledger.claim(
+            job_id,
+            index,
+            phase.running,
+            only_from=phase.claim_from,
+            lease_s=ctx.settings.lease_s,
+            worker=ctx.name,
+            block_after=block_after,
+            phase=str(phase.phase),
+            **(claim_fields or {}),
+        )
     claim = claimed.move
     if claim.status == "blocked":
         return {"job_id": job_id, "chunk": index, "blocked": claimed.blocked}
@@ -278,9 +295,19 @@ def run_attempt(
         attempt.settle(quiet=True)  # a failed attempt's log too, before its workspace goes
         shutil.rmtree(attempt.workspace, ignore_errors=True)
     # After the last phase the same script tries the completion gate (one stitch per job).
-    move = ctx.ledger.move_chunk(
-        job_id, index, phase.done, token=claim.token, gate=phase.next is None, **outcome.fields
-    )
+    next_claim: Claim | None = None
+    if then is not None and then.phase == phase.next:
+        move, next_claim = ctx.ledger.move_then_claim(
+            job_id, index, phase.done, token=claim.token, gate=False, fields=outcome.fields,
+            then=then.running, then_from=then.claim_from, lease_s=ctx.settings.lease_s,
+            worker=ctx.name, block_after=block_after, phase=str(then.phase),
+            **(claim_fields or {}),
+        )  # fmt: skip
+    else:
+        move = ctx.ledger.move_chunk(
+            job_id, index, phase.done, token=claim.token, gate=phase.next is None,
+            **outcome.fields,
+        )  # fmt: skip
     if move.status not in ("ok", "same"):  # 'same': a retried call already recorded it
         raise LeaseLost(f"chunk {index}: could not record the {phase.phase} ({move.status})")
     if phase.next is None:
@@ -288,7 +315,8 @@ def run_attempt(
             ctx.dispatch.stitch(job_id)
     elif send_next:
         ctx.dispatch.send(phase.next, job_id, index)
-    return {"job_id": job_id, "chunk": index, "done": True, **outcome.summary}
+    done = {"job_id": job_id, "chunk": index, "done": True, **outcome.summary}
+    return done if then is None else {**done, NEXT_CLAIM: next_claim}
 
 
 def segment_manifest(

@@ -26,6 +26,7 @@ from farm.errors import (
     StoreRefused,
     TransientError,
 )
+from farm.ledger import Claim
 from farm.pipeline import PHASES, STITCH, Phase, PhaseSpec, first_phase, kind_of
 from farm.spec import JobKind, JobSpec
 from farm.state import ChunkState, JobState
@@ -105,13 +106,17 @@ def _run_chunk_phases(
     claim_fields: Mapping[str, str] | None,
 ) -> dict[str, object]:
     works = PHASE_WORK if works is None else works
+    claimed: Claim | None = None
     while True:
         nxt = PHASES[phase.next] if phase.next is not None else None
         inline = nxt is not None and str(nxt.queue) in ctx.queues and nxt.phase in works
+        # The next phase runs here, not in the encode lane: the done move claims it too.
+        here = inline and not (phase.phase is Phase.RENDER and ctx.alongside is not None)
         result = _run_phase(
             ctx, job_id, chunk, phase, works[phase.phase], send_next=not inline,
-            claim_fields=claim_fields,
+            claim_fields=claim_fields, claimed=claimed, then=nxt if here else None,
         )  # fmt: skip
+        claimed = attempt.take_next_claim(result)
         if nxt is None or not inline or not result.get("done"):
             return result
         # The encode runs beside this worker's next render (workers.alongside); a draining
@@ -137,20 +142,27 @@ def _run_phase(
     *,
     send_next: bool,
     claim_fields: Mapping[str, str] | None = None,
+    claimed: Claim | None = None,
+    then: PhaseSpec | None = None,
 ) -> dict[str, object]:
+    """One phase's attempt under the failure policy. `claimed`: the chunk is this worker's
+    already (the phase before claimed it with its done move), so it runs even on a drain: it is
+    the chunk in hand. `then`: see attempt.run_attempt."""
 
     def resend(countdown_s: float = 0) -> None:
         ctx.dispatch.send(phase.phase, job_id, chunk, countdown_s)
 
-    if ctx.drain.active.is_set():
+    if ctx.drain.active.is_set() and claimed is None:
         # The message reached a worker that is going away: send it on for another to take.
         resend()
         return {"job_id": job_id, "chunk": chunk, "handed_back": f"draining: {ctx.drain.reason}"}
     attempt.release()
+    if claimed is not None:
+        attempt.hold(claimed.move.token)  # a failure before the work starts is this claim's
     try:
         result = attempt.run_attempt(
             ctx, job_id, chunk, phase, work, send_next=send_next, block_after=BLOCK_AFTER,
-            claim_fields=claim_fields,
+            claim_fields=claim_fields, claimed=claimed, then=then,
         )  # fmt: skip
         if "blocked" not in result:
             return result
@@ -158,8 +170,9 @@ def _run_phase(
             resend(2.0)
             return {"job_id": job_id, "chunk": chunk, "handed_back": "blocklisted on this job"}
         return attempt.run_attempt(
-            ctx, job_id, chunk, phase, work, send_next=send_next, claim_fields=claim_fields
-        )
+            ctx, job_id, chunk, phase, work, send_next=send_next, claim_fields=claim_fields,
+            then=then,
+        )  # fmt: skip
     except LeaseLost as exc:
         log.warning("%s", exc)
         _release_if_job_failed(ctx, job_id, chunk, phase)

@@ -69,7 +69,7 @@ def test_ledger_smoke() -> None:
     result, rows = ledger.run(quick=True)
     _rows_ok(rows, "ledger")
     assert result["transitions_per_s"] > 0 and result["ping_round_trips_per_s"] > 0
-    assert result["round_trips_per_chunk"] == 7  # see bench.ledger.chunk_life
+    assert result["round_trips_per_chunk"] == 6  # see bench.ledger.chunk_life
 
 
 def test_stitch_smoke() -> None:

@@ -405,3 +405,37 @@ def test_a_blocklisted_worker_alone_still_takes_the_chunk(ctx: WorkerContext) ->
         ctx.ledger.blame("j1", "w1")
     result = run(ctx, 0, RENDER, succeed)
     assert result.get("done") and ctx.ledger.chunk("j1", 0)["state"] == ChunkState.RENDERED
+
+
+def test_the_segments_claim_rides_on_the_renders_done_move(
+    ctx: WorkerContext, redis_url: str
+) -> None:
+    """GIVEN a worker that renders and encodes WHEN it runs a chunk THEN the ledger hears three
+    round trips: the render's claim, its done move carrying the segment's claim, the done move;
+    and a drain that starts between the two phases lets the segment, claimed already, run."""
+    import redis
+
+    class Counting(redis.Connection):
+        sends = 0
+
+        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            Counting.sends += 1
+            super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True, connection_class=Counting)
+    both = dataclasses.replace(ctx, ledger=Ledger(client), queues=("render", "encode", "stitch"))
+    works = {Phase.RENDER: succeed, Phase.SEGMENT: succeed}
+    run_chunk_phase(both, "j1", 0, RENDER, works)  # loads the scripts
+    before = Counting.sends
+    assert run_chunk_phase(both, "j1", 1, RENDER, works)["done"] is True
+    assert Counting.sends - before == 3
+    assert [ctx.ledger.chunk("j1", i)["state"] for i in (0, 1)] == ["done", "done"]
+
+    def drain_then_succeed(a: Any) -> Outcome:
+        both.drain.start("spot interruption")
+        return succeed(a)
+
+    make_job(ctx.ledger, job_id="j2")
+    result = run_chunk_phase(both, "j2", 0, RENDER, {**works, Phase.RENDER: drain_then_succeed})
+    assert result["done"] is True and ctx.ledger.chunk("j2", 0)["state"] == "done"
+    assert [s for s in sent(ctx) if s[1] == "j2"] == []  # nothing handed back: it was in hand

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from farm import keys
 from farm.errors import LedgerError, UnreachableError
-from farm.ledger import Ledger
+from farm.ledger import Claim, Ledger, Move
 from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job
 
@@ -157,3 +158,59 @@ def test_a_plain_retry_of_a_cancelled_job_is_refused_rather_than_left_running(
     assert ledger.job("j1")["state"] == JobState.CANCELLED
     assert ledger.reopen_job("j1", every_unfinished=True) == [0, 1]
     assert ledger.job("j1")["state"] == JobState.RUNNING
+
+
+def _rendered_then_claimed(ledger: Ledger, token: str) -> tuple[Move, Claim | None]:
+    return ledger.move_then_claim(
+        "j1", 0, ChunkState.RENDERED, token=token, gate=False, fields={"render_s": 1.5},
+        then=ChunkState.ENCODING, then_from=frozenset({ChunkState.RENDERED}), lease_s=30,
+        worker="w1", phase="segment",
+    )  # fmt: skip
+
+
+def test_a_done_move_claims_the_next_phase_in_the_same_round_trip(ledger: Ledger) -> None:
+    _job(ledger)
+    render = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30,
+                               worker="w1")  # fmt: skip
+    ledger.record_frame("j1", 1, 10, "ab" * 32)
+    move, claim = _rendered_then_claimed(ledger, render.token)
+    assert move.moved and claim is not None and claim.move.moved
+    # The same try (attempt 1), its second claim.
+    chunk = ledger.chunk("j1", 0)
+    assert chunk["state"] == ChunkState.ENCODING and chunk["render_s"] == "1.5"
+    assert chunk["token"] == claim.move.token != render.token
+    assert claim.move.token.startswith("1:2-")
+    assert claim.frames == list(range(1, 11)) and claim.records[1][0] == 10
+    events = [e["event"] for e in ledger.events("j1")]
+    assert events[-2:] == ["chunk-rendered", "chunk-encoding"]
+    assert ledger.renew("j1", 0, render.token, 30) == "lost"  # the render's lease is gone
+
+
+def test_the_next_phase_is_claimed_only_from_the_attempts_own_move(ledger: Ledger) -> None:
+    _job(ledger)
+    old = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    ledger.move_chunk("j1", 0, ChunkState.QUEUED, token=old.token, mode="fail", max_failures=3)
+    new = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=new.token)
+    # A late attempt whose lease was lost: the chunk is rendered (by another) and claimable,
+    # yet neither its move nor its claim may take it.
+    move, claim = _rendered_then_claimed(ledger, old.token)
+    assert move.status == "stale" and claim is None
+    assert ledger.chunk("j1", 0)["state"] == ChunkState.RENDERED
+
+
+def test_a_budgeted_job_or_lost_scripts_leave_the_claim_to_the_caller(ledger: Ledger) -> None:
+    _job(ledger)
+    ledger.r.hset(keys.r_job("j1"), "max_cost", "5")
+    render = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30)
+    move, claim = _rendered_then_claimed(ledger, render.token)
+    assert move.moved and claim is None  # a budget to price first: nothing claimed
+    assert ledger.chunk("j1", 0)["state"] == ChunkState.RENDERED
+    again = ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim", lease_s=30)
+    ledger.r.script_flush()  # a Redis restarted without its scripts
+    move = ledger.move_then_claim(
+        "j1", 1, ChunkState.RENDERED, token=again.token, gate=False, fields={},
+        then=ChunkState.ENCODING, then_from=frozenset({ChunkState.RENDERED}), lease_s=30,
+        worker="w1",
+    )[0]  # fmt: skip
+    assert move.moved and ledger.chunk("j1", 1)["state"] == ChunkState.RENDERED
