@@ -62,7 +62,8 @@ def chunk_life(ledger: Ledger, job_id: str, index: int, frame: int, worker: str)
         then_from=SEGMENT.claim_from, lease_s=30, worker=worker, block_after=BLOCK_AFTER,
         phase=str(SEGMENT.phase),
     )  # fmt: skip
-    assert claim is not None
+    if claim is None:
+        raise RuntimeError(f"chunk {job_id}/{index} was not claimed for its segment")
     move = ledger.move_chunk(job_id, index, SEGMENT.done, token=claim.move.token, gate=True,
                              **ENCODED)  # fmt: skip
     assert move.moved, move

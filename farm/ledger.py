@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError
 
 from farm import keys
 from farm.errors import LedgerError
-from farm.ledger_base import Claim, Move, move_of, records_of, wrapped
+from farm.ledger_base import Claim, Move, claim_of, move_of, records_of, wrapped
 from farm.ledger_fleet import FleetRecords
 from farm.ledger_jobs import JobRecords
 from farm.ledger_split import SplitRecords
@@ -91,7 +91,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
             flags="r", block=worker if block_after > 0 else "", block_after=block_after,
             fields={"worker": worker, **fields},
         )  # fmt: skip
-        return _claim_of(result)
+        return claim_of(result)
 
     def move_then_claim(
         self,
@@ -128,13 +128,17 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
             pipe = self.r.pipeline(transaction=False)
             for script_keys, args in calls:
                 pipe.evalsha(self._move.sha, len(script_keys), *script_keys, *args)
-            try:
-                moved, claimed = pipe.execute()
-            except NoScriptError:  # a Redis that lost its scripts: nothing ran; load them
+            moved, claimed = pipe.execute(raise_on_error=False)
+            if isinstance(moved, NoScriptError):  # a Redis that lost its scripts: load them
                 return self.move_chunk(job_id, index, target, token=token, gate=gate,
                                        **fields), None  # fmt: skip
+            if isinstance(moved, Exception):
+                raise moved
         self._announce_failed(job_id, moved)
-        claim = _claim_of(claimed)
+        if isinstance(claimed, Exception):  # the move stands; the caller claims as usual
+            log.warning("chunk %s/%d: the claim for %s failed: %s", job_id, index, then, claimed)
+            return move_of(moved), None
+        claim = claim_of(claimed)
         return move_of(moved), claim if claim.move.moved else None
 
     def _chunk_script(
@@ -383,18 +387,3 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         with wrapped("read leases"):
             members: list[str] = self.r.zrangebyscore(keys.r_leases(), 0, now or time.time())
         return [keys.parse_lease_member(m) for m in members]
-
-
-def _claim_of(result: list[Any]) -> Claim:
-    """A claim's CHUNK_MOVE answer: the move, and what it brought back when it took the chunk."""
-    move = move_of(result)
-    if move.status == "blocked":
-        return Claim(move=move, blocked=int(result[2]))
-    if not move.moved or len(result) < 8:
-        return Claim(move=move)
-    return Claim(
-        move=move,
-        job=json.loads(result[5]),
-        frames=json.loads(result[6]),
-        records=records_of(json.loads(result[7])),
-    )

@@ -72,6 +72,21 @@ def move_of(result: list[Any]) -> Move:
     )
 
 
+def claim_of(result: list[Any]) -> Claim:
+    """A claim's CHUNK_MOVE answer: the move, and what it brought back when it took the chunk."""
+    move = move_of(result)
+    if move.status == "blocked":
+        return Claim(move=move, blocked=int(result[2]))
+    if not move.moved or len(result) < 8:
+        return Claim(move=move)
+    return Claim(
+        move=move,
+        job=json.loads(result[5]),
+        frames=json.loads(result[6]),
+        records=records_of(json.loads(result[7])),
+    )
+
+
 @contextmanager
 def wrapped(what: str) -> Iterator[None]:
     try:

@@ -253,7 +253,8 @@ def run_attempt(
     `claim_fields`: recorded by the claim over the worker's meter (workers.alongside's price).
     `claimed`: the claim made already (by the done move of the phase before, here); `then`: the
     next phase, which the caller runs here: the done move claims the chunk for it in the same
-    round trip, and the result's NEXT_CLAIM holds that claim (None where it took nothing).
+    round trip (not on a draining worker), and the result's NEXT_CLAIM holds that claim (None
+    where it took nothing).
 
     Ledger round trips of a clean attempt: the claim (which also brings back the job, the chunk's
     frames and their records; none where `claimed`), the lease renewals, and the done move (with
@@ -296,7 +297,7 @@ def run_attempt(
         shutil.rmtree(attempt.workspace, ignore_errors=True)
     # After the last phase the same script tries the completion gate (one stitch per job).
     next_claim: Claim | None = None
-    if then is not None and then.phase == phase.next:
+    if then is not None and then.phase == phase.next and not ctx.drain.active.is_set():
         move, next_claim = ctx.ledger.move_then_claim(
             job_id, index, phase.done, token=claim.token, gate=False, fields=outcome.fields,
             then=then.running, then_from=then.claim_from, lease_s=ctx.settings.lease_s,

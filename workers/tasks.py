@@ -169,10 +169,10 @@ def _run_phase(
         if kept_off(ctx, job_id, phase.queue):
             resend(2.0)
             return {"job_id": job_id, "chunk": chunk, "handed_back": "blocklisted on this job"}
+        # No claim ahead here: the next phase's claim keeps its own blocklist check.
         return attempt.run_attempt(
-            ctx, job_id, chunk, phase, work, send_next=send_next, claim_fields=claim_fields,
-            then=then,
-        )  # fmt: skip
+            ctx, job_id, chunk, phase, work, send_next=send_next, claim_fields=claim_fields
+        )
     except LeaseLost as exc:
         log.warning("%s", exc)
         _release_if_job_failed(ctx, job_id, chunk, phase)
