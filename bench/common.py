@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.ledger import Ledger
+from farm.local import Farm
 from farm.settings import Settings, load_settings
 from farm.store import Store
 
@@ -75,8 +76,7 @@ class LocalFarm:
 
     def pids(self) -> dict[str, int]:
         """Each server's and worker's process, as `farm up` recorded them (name -> pid)."""
-        up = json.loads((self.data / "farm-up.json").read_text())
-        return {name: int(pid) for name, pid in up["pids"].items()}
+        return Farm.load(self.data).pids
 
     def close(self) -> None:
         subprocess.run(

@@ -57,7 +57,7 @@ def chunk_life(ledger: Ledger, job_id: str, index: int, frame: int, worker: str)
     ledger.renew(job_id, index, token, 30)  # the lease keeper, every 2 s while the work runs
     # Rendered, and claimed for its segment on the same worker, in one round trip.
     _, claim = ledger.move_then_claim(
-        job_id, index, RENDER.done, token=token, gate=False,
+        job_id, index, RENDER.done, token=token,
         fields={"rendered_by": worker, **RENDERED}, then=SEGMENT.running,
         then_from=SEGMENT.claim_from, lease_s=30, worker=worker, block_after=BLOCK_AFTER,
         phase=str(SEGMENT.phase),

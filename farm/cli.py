@@ -101,9 +101,7 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
 
     settings = command_settings(ctx).require_farm()
     ledger = Ledger.from_url(settings.redis_url)
-    job = ledger.job(job_id)
-    if not job:
-        raise UnknownJob(job_id)
+    ledger.job_or_fail(job_id)
     if wait:
         wait_for_job(settings, job_id, quiet=as_json)
     summary = summarize(ledger, job_id)
@@ -151,9 +149,7 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
     from farm.store import Store
 
     settings = command_settings(ctx).require_farm()
-    job = Ledger.from_url(settings.redis_url).job(job_id)
-    if not job:
-        raise UnknownJob(job_id)
+    job = Ledger.from_url(settings.redis_url).job_or_fail(job_id)
     partial = job.get("state") in ("failed", "cancelled", "paused") and with_frames
     if job.get("state") != "done" and not partial:
         raise FarmError(
@@ -190,7 +186,7 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
 def cancel(ctx: click.Context, job_id: str) -> None:
     """Cancel a job: queued chunks never start, running ones stop within seconds."""
     ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
-    job = _job_or_fail(ledger, job_id)
+    job = ledger.job_or_fail(job_id)
     if job.get("state") in ENDED:
         raise FarmError(f"job {job_id} is {job['state']} already")
     chunks = ledger.cancel_job(job_id)
@@ -234,7 +230,7 @@ def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
     from farm.store import Store
 
     settings = command_settings(ctx).require_farm()
-    _job_or_fail(Ledger.from_url(settings.redis_url), job_id)
+    Ledger.from_url(settings.redis_url).job_or_fail(job_id)
     store = Store.from_settings(settings)
     prefix = keys.job_prefix(job_id) + "logs/" + (f"{chunk:05d}-" if chunk is not None else "")
     found = store.keys(prefix)
@@ -243,13 +239,6 @@ def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
     for key in found:
         click.echo(f"===== {Path(key).name}")
         click.echo(store.get_bytes(key).decode("utf-8", "replace").rstrip())
-
-
-def _job_or_fail(ledger: Ledger, job_id: str) -> dict[str, str]:
-    job = ledger.job(job_id)
-    if not job:
-        raise UnknownJob(job_id)
-    return job
 
 
 cli.add_command(submit)

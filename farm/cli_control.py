@@ -60,12 +60,11 @@ def priority(ctx: click.Context, job_id: str, priority: int) -> None:
 @click.pass_context
 def watch(ctx: click.Context, job_id: str | None, interval_s: float, limit: int) -> None:
     """A live view of the farm's jobs, or of one job (chunks, workers, ETA, cost); Ctrl-C ends."""
-    from farm.errors import UnknownJob
     from farm.watch import watch as watch_live
 
     ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
-    if job_id and not ledger.job(job_id):
-        raise UnknownJob(job_id)
+    if job_id:
+        ledger.job_or_fail(job_id)
     watch_live(ledger, job_id, interval_s=interval_s, limit=limit)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from farm import assets, cost, keys, limits, speeds, versions
 from farm.chunking import Measurement, Pool, initial_plan
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
-from farm.errors import FarmError, SpecError, UnknownJob
+from farm.errors import FarmError, SpecError
 from farm.ledger import Ledger
 from farm.pipeline import first_phase, kind_of, waiting_for
 from farm.settings import Settings
@@ -131,9 +131,7 @@ def reopen(
     """`farm retry`: back to running, with a fixed scene if given, and every waiting chunk sent
     again (a duplicate message is harmless: only one claim can win)."""
     ledger = Ledger.from_url(settings.redis_url)
-    job = ledger.job(job_id)
-    if not job:
-        raise UnknownJob(job_id)
+    job = ledger.job_or_fail(job_id)
     ledger.check_reopen(job_id, every_unfinished=every_unfinished)  # before the scene changes
     if scene is not None:
         store = Store.from_settings(settings)
@@ -198,7 +196,7 @@ def resend_waiting(settings: Settings, ledger: Ledger, job_id: str) -> int:
 def pause(settings: Settings, job_id: str, reason: str = "paused by a user") -> str:
     """No new chunk starts; running ones finish. Returns the state the job was in."""
     ledger = Ledger.from_url(settings.redis_url)
-    _job_or_fail(ledger, job_id)
+    ledger.job_or_fail(job_id)
     move = ledger.pause_job(job_id, reason)
     if not move.moved and move.status != "same":
         raise FarmError(f"job {job_id} is {move.previous}; only queued or running jobs pause")
@@ -211,7 +209,7 @@ def resume(
     """Back to running (with a new budget if given) and every waiting chunk sent again.
     Returns the chunks sent and the job's spend (over_budget: it will pause again at once)."""
     ledger = Ledger.from_url(settings.redis_url)
-    _job_or_fail(ledger, job_id)
+    ledger.job_or_fail(job_id)
     move = ledger.resume_job(job_id, max_cost)
     if not move.moved:
         raise FarmError(f"job {job_id} is {move.previous}; only paused jobs resume")
@@ -222,17 +220,10 @@ def reprioritize(settings: Settings, job_id: str, priority: int) -> int:
     """`farm priority`: the job's waiting chunks are sent again at the new priority (the old
     messages, when they come up, find their chunk claimed or still waiting; either is fine)."""
     ledger = Ledger.from_url(settings.redis_url)
-    job = _job_or_fail(ledger, job_id)
+    job = ledger.job_or_fail(job_id)
     if job.get("state") in ENDED:
         raise FarmError(f"job {job_id} is {job['state']}: it has no chunk left to run")
     ledger.set_priority(job_id, priority)
     if job.get("state") not in ("queued", "running"):
         return 0  # paused: its chunks are sent at the new priority when it resumes
     return resend_waiting(settings, ledger, job_id)
-
-
-def _job_or_fail(ledger: Ledger, job_id: str) -> dict[str, str]:
-    job = ledger.job(job_id)
-    if not job:
-        raise UnknownJob(job_id)
-    return job

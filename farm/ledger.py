@@ -100,7 +100,6 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         target: ChunkState,
         *,
         token: str,
-        gate: bool,
         fields: dict[str, Any],
         then: ChunkState,
         then_from: frozenset[ChunkState],
@@ -112,13 +111,18 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         """move_chunk to `target` under `token` and, in the same round trip, `claim` the chunk
         here for its next phase (`then` from `then_from`), checking the same token: it takes
         the chunk only from this attempt's own move. The claim is None where it took nothing
-        (a budget to price, the blocklist, a refused move): the caller claims as usual."""
+        (a budget to price, the blocklist, a refused move): the caller claims as usual. The
+        move is never a last phase's (no completion gate: the chunk has a next phase)."""
+
+        def alone() -> tuple[Move, None]:
+            return self.move_chunk(job_id, index, target, token=token, **fields), None
+
         if job_id in self._budgeted:  # its claims are priced first: no pipeline
-            return self.move_chunk(job_id, index, target, token=token, gate=gate, **fields), None
+            return alone()
         calls = [
             self._chunk_args(job_id, index, target, token=token, lease_s=None, mode="",
-                             max_failures=0, only_from=None, flags="g" if gate else "",
-                             fields=fields, block="", block_after=0),
+                             max_failures=0, only_from=None, flags="", fields=fields, block="",
+                             block_after=0),
             self._chunk_args(job_id, index, then, token=token, lease_s=lease_s, mode="claim",
                              max_failures=0, only_from=then_from, flags="r",
                              fields={"worker": worker, **claim_fields},
@@ -130,8 +134,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
                 pipe.evalsha(self._move.sha, len(script_keys), *script_keys, *args)
             moved, claimed = pipe.execute(raise_on_error=False)
             if isinstance(moved, NoScriptError):  # a Redis that lost its scripts: load them
-                return self.move_chunk(job_id, index, target, token=token, gate=gate,
-                                       **fields), None  # fmt: skip
+                return alone()
             if isinstance(moved, Exception):
                 raise moved
         self._announce_failed(job_id, moved)

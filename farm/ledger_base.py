@@ -16,7 +16,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from farm import keys
-from farm.errors import LedgerError, UnreachableError
+from farm.errors import LedgerError, UnknownJob, UnreachableError
 from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, SPLIT, START_STITCH
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,13 @@ class LedgerBase:
         with wrapped("read the job"):
             data: dict[str, str] = self.r.hgetall(keys.r_job(job_id))
         return data
+
+    def job_or_fail(self, job_id: str) -> dict[str, str]:
+        """The job's record; UnknownJob (bad input, CLI exit 2) when there is none."""
+        job = self.job(job_id)
+        if not job:
+            raise UnknownJob(job_id)
+        return job
 
     def chunks(self, job_id: str) -> list[dict[str, str]]:
         total = int(self.job(job_id).get("chunks_total", 0))

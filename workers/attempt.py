@@ -42,8 +42,8 @@ NEXT_CLAIM = "_next_claim"
 
 def take_next_claim(result: dict[str, Any]) -> Claim | None:
     """The next phase's claim run_attempt made with its done move, out of its result."""
-    found = result.pop(NEXT_CLAIM, None)
-    return found if isinstance(found, Claim) else None
+    found: Claim | None = result.pop(NEXT_CLAIM, None)
+    return found
 
 
 def hold(token: str) -> None:
@@ -297,9 +297,9 @@ def run_attempt(
         shutil.rmtree(attempt.workspace, ignore_errors=True)
     # After the last phase the same script tries the completion gate (one stitch per job).
     next_claim: Claim | None = None
-    if then is not None and then.phase == phase.next and not ctx.drain.active.is_set():
+    if then is not None and not ctx.drain.active.is_set():
         move, next_claim = ctx.ledger.move_then_claim(
-            job_id, index, phase.done, token=claim.token, gate=False, fields=outcome.fields,
+            job_id, index, phase.done, token=claim.token, fields=outcome.fields,
             then=then.running, then_from=then.claim_from, lease_s=ctx.settings.lease_s,
             worker=ctx.name, block_after=block_after, phase=str(then.phase),
             **(claim_fields or {}),

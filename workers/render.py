@@ -40,25 +40,27 @@ def render_frames(attempt: ChunkAttempt) -> Outcome:
     Raises PermanentError/TransientError/ChunkInterrupted/LeaseLost."""
     ctx, job_id, spec = attempt.ctx, attempt.job_id, attempt.spec
     started = time.monotonic()
-    if ctx.warm is not None and spec.assets_key:  # before the tree is laid out in its folders
+    todo = frames_to_render(ctx, job_id, attempt.frames, attempt.records)
+    # A ready Blender is adopted before the tree is laid out in its folders, and only by a chunk
+    # that renders: one with every frame stored would end it unused.
+    if ctx.warm is not None and spec.assets_key and todo:
         script = blender.script_argv(
             blender=ctx.settings.blender, job_path=None, trusted=blender.trusts(spec)
         )
         folders = {name: ctx.job_dir(job_id) / name for name in READY_FOLDERS}
         if ctx.warm.adopt(job_id, folders, script):
             try:
-                return _render_frames(attempt, started)
+                return _render_frames(attempt, started, todo)
             finally:
                 ctx.warm.release(job_id)  # unless its chunk ran on it
-    return _render_frames(attempt, started)
+    return _render_frames(attempt, started, todo)
 
 
-def _render_frames(attempt: ChunkAttempt, started: float) -> Outcome:
+def _render_frames(attempt: ChunkAttempt, started: float, todo: list[int]) -> Outcome:
     ctx, job, job_id, index = attempt.ctx, attempt.job, attempt.job_id, attempt.index
     spec, frames = attempt.spec, attempt.frames
     scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
     fetched_s = time.monotonic() - started
-    todo = frames_to_render(ctx, job_id, frames, attempt.records)
     uploader = FrameUploader(
         ctx.store, ctx.ledger, job_id, index, kept_until=lambda: attempt.keeper.split_last
     )

@@ -162,7 +162,7 @@ def test_a_plain_retry_of_a_cancelled_job_is_refused_rather_than_left_running(
 
 def _rendered_then_claimed(ledger: Ledger, token: str) -> tuple[Move, Claim | None]:
     return ledger.move_then_claim(
-        "j1", 0, ChunkState.RENDERED, token=token, gate=False, fields={"render_s": 1.5},
+        "j1", 0, ChunkState.RENDERED, token=token, fields={"render_s": 1.5},
         then=ChunkState.ENCODING, then_from=frozenset({ChunkState.RENDERED}), lease_s=30,
         worker="w1", phase="segment",
     )  # fmt: skip
@@ -209,7 +209,7 @@ def test_a_budgeted_job_or_lost_scripts_leave_the_claim_to_the_caller(ledger: Le
     again = ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim", lease_s=30)
     ledger.r.script_flush()  # a Redis restarted without its scripts
     move = ledger.move_then_claim(
-        "j1", 1, ChunkState.RENDERED, token=again.token, gate=False, fields={},
+        "j1", 1, ChunkState.RENDERED, token=again.token, fields={},
         then=ChunkState.ENCODING, then_from=frozenset({ChunkState.RENDERED}), lease_s=30,
         worker="w1",
     )[0]  # fmt: skip
