@@ -163,20 +163,23 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         """CHUNK_MOVE (farm/ledger_lua.py), its raw answer. The first claim of a job with a
         budget stops in the script ('budget'), is priced here (enforce_budget may pause the
         job) and asked again; later ones are priced first. A job without one costs no read."""
-        script_keys, args = self._chunk_args(
-            job_id, index, target, token=token, lease_s=lease_s, mode=mode,
-            max_failures=max_failures, only_from=only_from, flags=flags, fields=fields,
-            block=block, block_after=block_after,
-        )  # fmt: skip
+
+        def call() -> list[Any]:
+            script_keys, args = self._chunk_args(
+                job_id, index, target, token=token, lease_s=lease_s, mode=mode,
+                max_failures=max_failures, only_from=only_from, flags=flags, fields=fields,
+                block=block, block_after=block_after,
+            )  # fmt: skip
+            answer: list[Any] = self._move(keys=script_keys, args=args)
+            return answer
+
         with wrapped(f"move chunk {index} of {job_id} to {target}"):
-            result: list[Any] = self._move(keys=script_keys, args=args)
+            result = call()
             if result[0] == "budget":
                 if len(self._budgeted) > 10_000:
                     self._budgeted.clear()
                 self._budgeted.add(job_id)
-                self.enforce_budget(job_id)
-                args[11] = str(args[11]).replace("b", "")
-                result = self._move(keys=script_keys, args=args)
+                result = call()  # a budgeted job's claim is priced first, then asked plainly
         self._announce_failed(job_id, result)
         return result
 
