@@ -1,7 +1,8 @@
 """What this worker can do: its Blender (version, engines, Cycles devices, denoisers), a Cycles
 GPU backend (OptiX, CUDA) and a working NVENC.
 
-All are found by trying, not by reading a model name: H100/H200/A100 have CUDA but no encoder.
+All are found by trying, not by reading a model name: H100/H200/A100 have CUDA but no encoder, and
+NVML still reports an H.264/HEVC encoder capacity of 100 on an H200 (driver 580).
 """
 
 from __future__ import annotations
@@ -118,8 +119,18 @@ def nvenc_works(ffmpeg: str) -> tuple[bool, str]:
     result = proc.capture(one_frame.compile(cmd=ffmpeg), 60)
     if result.returncode == 0:
         return True, ""
-    reason = (result.stderr.strip().splitlines() or ["h264_nvenc failed"])[-1]
-    return False, reason
+    return False, encoder_reason(result.stderr, "h264_nvenc")
+
+
+def encoder_reason(stderr: str, encoder: str) -> str:
+    """Why an encoder would not open, in the encoder's own words: the lines it logs under its own
+    name ("[h264_nvenc @ 0x...] OpenEncodeSessionEx failed: unsupported device (2)"). ffmpeg's
+    last line only says that it failed ("Conversion failed!", or since 7.0 "Nothing was written
+    into output file...")."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    tag = f"[{encoder} @ "
+    own = [line.split("] ", 1)[-1] for line in lines if line.startswith(tag)]
+    return "; ".join(dict.fromkeys(own)) or (lines[0] if lines else f"{encoder} failed")
 
 
 def probe(*, blender: str, ffmpeg: str) -> Capabilities:
