@@ -94,6 +94,14 @@ local token = c[2] or ''
 local pause_ends = false  -- the job fails while paused (below): its pause ends here
 local sets = {}  -- the chunk's new fields, written by one HSET at the end (a later one wins)
 local function set(k, v) sets[#sets + 1] = k; sets[#sets + 1] = v end
+local function fail_job(why)  -- the chunk's budget is spent: it fails, and its job with it
+  target = 'failed'
+  if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
+    pause_ends = jstate == 'paused'
+    redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9],
+      'error', 'chunk ' .. c[12] .. why)
+  end
+end
 if mode == 'claim' then
   if jstate ~= 'queued' and jstate ~= 'running' then return {'refused', state, jstate} end
   if ARGV[13] ~= '' then
@@ -125,25 +133,14 @@ elseif mode == 'fail' or mode == 'expire' then
   local counter = (mode == 'fail') and 'failures' or 'lost_leases'
   local failures = redis.call('HINCRBY', KEYS[1], counter, 1)
   if failures >= tonumber(ARGV[10]) then
-    target = 'failed'
-    if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
-      local what = (mode == 'fail') and ' failed ' or ' lost its worker '
-      pause_ends = jstate == 'paused'
-      redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9],
-        'error', 'chunk ' .. c[12] .. what ..
-        tostring(failures) .. ' times: ' .. (fields['error'] or 'unknown error'))
-    end
+    fail_job(((mode == 'fail') and ' failed ' or ' lost its worker ') .. tostring(failures) ..
+      ' times: ' .. (fields['error'] or 'unknown error'))
   end
 elseif mode == 'interrupt' then
   -- Interruptions spend no failure, but a chunk interrupted without end is still stopped.
   local interruptions = redis.call('HINCRBY', KEYS[1], 'interruptions', 1)
   if tonumber(ARGV[10]) > 0 and interruptions >= 3 * tonumber(ARGV[10]) then
-    target = 'failed'
-    if jstate ~= 'done' and jstate ~= 'failed' and jstate ~= 'cancelled' then
-      pause_ends = jstate == 'paused'
-      redis.call('HSET', KEYS[2], 'state', 'failed', 'finished', ARGV[9], 'error',
-        'chunk ' .. c[12] .. ' was interrupted ' .. tostring(interruptions) .. ' times')
-    end
+    fail_job(' was interrupted ' .. tostring(interruptions) .. ' times')
   end
 end
 if mode == 'fail' or mode == 'expire' or mode == 'interrupt' or mode == 'handback'

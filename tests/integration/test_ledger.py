@@ -87,6 +87,35 @@ def test_failure_budget_fails_the_job_with_the_reason(ledger: Ledger) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("mode", "times", "reason"),
+    [
+        ("expire", 2, "chunk 1 lost its worker 2 times: spot reclaim"),
+        ("interrupt", 6, "chunk 1 was interrupted 6 times"),
+    ],
+)
+def test_lost_workers_and_interruptions_have_budgets_of_their_own(
+    ledger: Ledger, mode: str, times: int, reason: str
+) -> None:
+    """A lost lease spends its own budget (max_failures here is the lost-lease one); an
+    interruption none, until three times that; the job that fails says which and how often, and a
+    job paused when it fails has its pause ended."""
+    _job(ledger)
+    for n in range(times):
+        claim = ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim", lease_s=0)
+        if n == times - 1:
+            assert ledger.pause_job("j1", "for the night").moved
+        move = ledger.move_chunk(
+            "j1", 1, ChunkState.QUEUED, token=claim.token, mode=mode, max_failures=2,
+            error="spot reclaim",
+        )  # fmt: skip
+        assert move.target == (ChunkState.FAILED if n == times - 1 else ChunkState.QUEUED)
+    job = ledger.job("j1")
+    assert job["state"] == JobState.FAILED
+    assert job["error"] == reason
+    assert float(job["paused_s"]) >= 0  # the pause ended as the job failed
+
+
 def test_completion_gate_opens_once(ledger: Ledger) -> None:
     _job(ledger)
     _finish(ledger, "j1", 0)
