@@ -66,7 +66,8 @@ CHUNK_MOVE = (
     + _PAUSE
     + r"""
 local c = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempt', 'retry', 'claims', 'started',
-  'claimed_at', 'lease_expires', 'price_per_s', 'instance_type', 'lifecycle', 'index')
+  'claimed_at', 'lease_expires', 'price_per_s', 'instance_type', 'lifecycle', 'index',
+  'alone_per_s')
 local state = c[1]
 if not state then return {'missing', '', ''} end
 local j = redis.call('HMGET', KEYS[2], 'state', 'max_cost')
@@ -126,6 +127,7 @@ if mode == 'claim' then
   if jstate == 'queued' then redis.call('HSET', KEYS[2], 'state', 'running', 'started', ARGV[9]) end
   if not c[6] then set('started', ARGV[9]) end
   set('claimed_at', ARGV[9])
+  set('alone_per_s', '0')  -- a claim in the encode lane records its own (workers.alongside)
 elseif mode == 'fail' or mode == 'expire' then
   -- A failure spends the chunk's budget; a lost lease (a worker that vanished) spends a
   -- separate, larger one, so reclaimed spot instances do not fail jobs but a chunk that kills
@@ -148,7 +150,9 @@ if mode == 'fail' or mode == 'expire' or mode == 'interrupt' or mode == 'handbac
   set('retry', '1')
 end
 -- The meter: an attempt ends when its chunk leaves a running state; its wall time is paid GPU
--- time at the price its claim recorded, wasted unless it left the chunk done for its phase.
+-- time at the price its claim recorded, wasted unless it left the chunk done for its phase. An
+-- encode beside a render (workers.alongside) is claimed at no price, and its seconds with no
+-- render beside it (`alone_s`, from the move that ends it) at `alone_per_s`.
 local claimed = tonumber(c[7] or '')
 if mode ~= 'claim' and claimed and HELD[state] then
   local ended = tonumber(ARGV[9])
@@ -158,11 +162,13 @@ if mode ~= 'claim' and claimed and HELD[state] then
   end
   local secs = math.max(ended - claimed, 0)
   local per_s = tonumber(c[9] or '0') or 0
+  local alone = math.min(math.max(tonumber(fields['alone_s'] or '0') or 0, 0), secs)
+  local cost = secs * per_s + alone * (tonumber(c[13] or '0') or 0)
   local where = (c[10] or 'unknown') .. ':' .. (c[11] or 'local')
   local useful = USEFUL[target] == true
   if jstate == 'paused' then redis.call('HSET', KEYS[2], 'held_end', ended) end
   redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s', secs)
-  redis.call('HINCRBYFLOAT', KEYS[4], 'cost', secs * per_s)
+  redis.call('HINCRBYFLOAT', KEYS[4], 'cost', cost)
   redis.call('HINCRBY', KEYS[4], 'attempts', 1)
   redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s:' .. where, secs)
   if useful then
@@ -171,15 +177,15 @@ if mode ~= 'claim' and claimed and HELD[state] then
     redis.call('HINCRBYFLOAT', KEYS[4], 'startup_cost', startup * per_s)
   else
     redis.call('HINCRBYFLOAT', KEYS[4], 'wasted_gpu_s', secs)
-    redis.call('HINCRBYFLOAT', KEYS[4], 'wasted_cost', secs * per_s)
+    redis.call('HINCRBYFLOAT', KEYS[4], 'wasted_cost', cost)
     redis.call('HINCRBY', KEYS[4], 'wasted_attempts', 1)
   end
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s', secs)
-  redis.call('HINCRBYFLOAT', KEYS[1], 'cost', secs * per_s)
+  redis.call('HINCRBYFLOAT', KEYS[1], 'cost', cost)
   redis.call('HDEL', KEYS[1], 'claimed_at')
   set('last_attempt_s', secs)
   redis.call('RPUSH', KEYS[5], cjson.encode({chunk = tonumber(c[12]),
-    phase = state, ['end'] = target, mode = mode, s = secs, cost = secs * per_s, where = where,
+    phase = state, ['end'] = target, mode = mode, s = secs, cost = cost, where = where,
     t = tonumber(ARGV[9])}))
 end
 if pause_ends then end_pause(KEYS[2], ARGV[9]) end  -- after held_end took this attempt's end

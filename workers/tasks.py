@@ -12,6 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -112,10 +113,13 @@ def _run_chunk_phases(
         inline = nxt is not None and str(nxt.queue) in ctx.queues and nxt.phase in works
         # The next phase runs here, not in the encode lane: the done move claims it too.
         here = inline and not (phase.phase is Phase.RENDER and ctx.alongside is not None)
-        result = _run_phase(
-            ctx, job_id, chunk, phase, works[phase.phase], send_next=not inline,
-            claim_fields=claim_fields, claimed=claimed, then=nxt if here else None,
-        )  # fmt: skip
+        # The lane's encodes are paid by the renders beside them: each render is timed.
+        timing = ctx.alongside if phase.phase is Phase.RENDER else None
+        with timing.renders.rendering() if timing is not None else nullcontext():
+            result = _run_phase(
+                ctx, job_id, chunk, phase, works[phase.phase], send_next=not inline,
+                claim_fields=claim_fields, claimed=claimed, then=nxt if here else None,
+            )  # fmt: skip
         claimed = attempt.take_next_claim(result)
         if nxt is None or not inline or not result.get("done"):
             return result
@@ -126,7 +130,7 @@ def _run_chunk_phases(
         if lane is not None:
             encode = partial(
                 run_chunk_phase, ctx, job_id, chunk, nxt, works,
-                claim_fields=alongside.CLAIM_FIELDS,
+                claim_fields=alongside.claim_fields(ctx.ledger.meter),
             )  # fmt: skip
             if lane.hand(f"chunk {job_id}/{chunk} {nxt.phase}", encode):
                 return {**result, "next": f"{nxt.phase} alongside"}
@@ -191,12 +195,12 @@ def _run_phase(
         if interrupted:
             move = ctx.ledger.move_chunk(
                 job_id, chunk, phase.on_interrupt, token=token, mode="interrupt", error=str(exc),
-                max_failures=ctx.settings.max_lost_leases,
+                max_failures=ctx.settings.max_lost_leases, **alongside.end_fields(),
             )  # fmt: skip
         else:
             move = ctx.ledger.move_chunk(
                 job_id, chunk, phase.on_failure, token=token, mode="handback",
-                error=f"transient: {exc}",
+                error=f"transient: {exc}", **alongside.end_fields(),
             )  # fmt: skip
         if move.moved and move.target != ChunkState.FAILED:
             resend(0 if interrupted else jittered_backoff_s(transients))
@@ -220,7 +224,12 @@ def _release_if_job_failed(ctx: WorkerContext, job_id: str, chunk: int, phase: P
     token = attempt.held()
     if token and ctx.ledger.job(job_id).get("state") == JobState.FAILED:
         ctx.ledger.move_chunk(
-            job_id, chunk, phase.on_failure, token=token, error="stopped: the job failed"
+            job_id,
+            chunk,
+            phase.on_failure,
+            token=token,
+            error="stopped: the job failed",
+            **alongside.end_fields(),
         )
 
 
@@ -247,7 +256,7 @@ def _fail(
         job_id, chunk, back_to, token=token, mode="fail", error=str(exc)[-4000:],
         # A store refusal (denied, no bucket, disk full) fails the same way on every try.
         max_failures=1 if isinstance(exc, StoreRefused) else ctx.settings.max_attempts,
-        failed_at=time.time(),
+        failed_at=time.time(), **alongside.end_fields(),
     )  # fmt: skip
     if move.moved and move.target == str(back_to):
         failures = int(ctx.ledger.chunk(job_id, chunk).get("failures", 1))

@@ -1,7 +1,7 @@
 """Encodes beside renders (workers.alongside) on a real local farm of one worker with the lane
 turned on (FARM_ENCODE_ALONGSIDE=on; `auto` turns it on only where the encoder is NVENC): each
 chunk's segment is encoded while the worker renders the next chunk, the video holds every frame
-once, and the lane's attempts are kept in the ledger at $0."""
+once, and the lane's attempts are charged only for their seconds with no render beside them."""
 
 from __future__ import annotations
 
@@ -59,10 +59,15 @@ def test_each_segment_is_encoded_while_the_next_chunk_renders(
         if encodes[k][0] < renders[k + 1][1] and renders[k + 1][0] < encodes[k][1]
     ]
     assert overlapping, (renders, encodes)
-    # The lane's seconds are kept, at no price: the render beside them pays for the instance.
-    lane = [r for r in records if r["phase"] == "encoding"]
-    assert all(r["cost"] == 0 and r["s"] > 0 for r in lane)
-    assert all(r["cost"] > 0 for r in records if r["phase"] == "rendering")
+    # An encode's seconds beside a render are paid by that render; its seconds alone (the last
+    # encode, or one that a short render waited for) at the instance's price, the render's.
+    [price] = {round(r["cost"] / r["s"], 9) for r in records if r["phase"] == "rendering"}
+    assert price > 0
+    for k, (start, end) in encodes.items():
+        beside = sum(max(min(end, b) - max(start, a), 0) for a, b in renders.values())
+        cost = next(r["cost"] for r in records if r["phase"] == "encoding" and r["chunk"] == k)
+        assert cost == pytest.approx((end - start - beside) * price, abs=0.03 * price), k
+    assert not any(a < encodes[3][1] and encodes[3][0] < b for a, b in renders.values())
 
 
 def _both_in_hand(farm: LocalFarm, job_id: str, worker: str) -> bool:

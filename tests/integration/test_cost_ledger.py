@@ -15,6 +15,7 @@ from farm.plan import plan_chunks
 from farm.settings import Settings
 from farm.spec import build_render_spec
 from farm.state import ChunkState, JobState
+from workers import alongside
 
 METER = {"instance_type": "g5.xlarge", "lifecycle": "local", "price_per_s": "0.01"}
 
@@ -52,6 +53,41 @@ def test_every_attempt_is_metered_at_its_claims_price(ledger: Ledger) -> None:
     assert float(chunk["gpu_s"]) == spent.gpu_s and "claimed_at" not in chunk
     [record] = ledger.attempt_records("j1")
     assert record["chunk"] == 0 and record["phase"] == "rendering" and record["end"] == "rendered"
+
+
+def test_an_encode_in_the_lane_pays_only_for_its_seconds_with_no_render_beside_it(
+    ledger: Ledger,
+) -> None:
+    """workers.alongside: claimed at no price, the instance's price kept for its seconds alone;
+    the ledger keeps no more of them than the attempt lasted, and a later claim outside the lane
+    is metered at its own price alone."""
+    ledger.meter = METER
+    _job(ledger)
+    lane = alongside.claim_fields(METER)
+    for index, alone_s in ((0, "0.05"), (1, "999")):
+        ledger.move_chunk("j1", index, ChunkState.RENDERING, mode="claim", lease_s=30)
+        ledger.move_chunk(
+            "j1", index, ChunkState.RENDERED, token=ledger.chunk("j1", index)["token"]
+        )
+        claim = ledger.move_chunk(
+            "j1", index, ChunkState.ENCODING, mode="claim", lease_s=30, **lane
+        )
+        time.sleep(0.1)
+        ledger.move_chunk("j1", index, ChunkState.DONE, token=claim.token, alone_s=alone_s)
+    records = {(r["chunk"], r["phase"]): r for r in ledger.attempt_records("j1")}
+    beside, last = records[(0, "encoding")], records[(1, "encoding")]
+    assert beside["cost"] == pytest.approx(0.05 * 0.01)
+    assert last["cost"] == pytest.approx(last["s"] * 0.01)  # alone all along, no more
+    renders = sum(records[(i, "rendering")]["cost"] for i in (0, 1))
+    assert cost.job_cost(ledger.cost_record("j1")).spent == pytest.approx(
+        renders + beside["cost"] + last["cost"]
+    )
+    _job(ledger, "j2")
+    token = ledger.move_chunk("j2", 0, ChunkState.RENDERING, mode="claim", lease_s=30).token
+    assert ledger.chunk("j2", 0)["alone_per_s"] == "0"
+    ledger.move_chunk("j2", 0, ChunkState.RENDERED, token=token, alone_s="5")
+    [record] = ledger.attempt_records("j2")
+    assert record["cost"] == pytest.approx(record["s"] * 0.01)
 
 
 def test_failed_interrupted_and_lost_attempts_are_wasted(ledger: Ledger) -> None:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from farm.settings import Settings
-from workers.alongside import Alongside, wanted
+from workers.alongside import Alongside, Renders, claim_fields, end_fields, wanted
 from workers.gpu import Capabilities
 
 
@@ -73,3 +73,34 @@ def test_a_closed_lane_refuses_so_the_render_task_runs_the_encode_itself() -> No
     ran: list[str] = []
     assert lane.hand("late", lambda: ran.append("ran")) is False
     assert ran == []
+
+
+def test_the_lanes_seconds_alone_are_those_with_no_render_running() -> None:
+    renders = Renders()
+    renders._spans.extend([(100.0, 110.0), (111.0, 120.0)])  # two renders, one second apart
+    assert renders.alone_s(105.0, 115.0) == 1.0  # beside both, but for the gap
+    assert renders.alone_s(118.0, 130.0) == 10.0  # the last encode: 2 s beside, 10 alone
+    assert renders.alone_s(90.0, 95.0) == 5.0
+
+
+def test_a_render_in_progress_covers_the_lane_up_to_now() -> None:
+    renders = Renders()
+    with renders.rendering():
+        started = time.time()
+        assert renders.alone_s(started, started + 3.0) == 0.0
+    ended = time.time()
+    assert 2.0 <= renders.alone_s(ended, ended + 2.0) <= 2.0 + 1e-6
+
+
+def test_only_an_attempt_in_the_lane_reports_its_seconds_alone_and_claims_at_no_price() -> None:
+    assert end_fields() == {}  # a render task's attempt
+    lane = Alongside()
+    seen: list[dict[str, str]] = []
+    lane.hand("encode", lambda: (time.sleep(0.05), seen.append(end_fields())))
+    lane.close()
+    assert end_fields() == {}
+    assert float(seen[0]["alone_s"]) >= 0.05  # no render ran beside it
+    assert claim_fields({"price_per_s": "0.0002", "instance_type": "g5.xlarge"}) == {
+        "price_per_s": "0",
+        "alone_per_s": "0.0002",
+    }
