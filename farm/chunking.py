@@ -186,7 +186,7 @@ def choose_chunk_size(
         limits.append(f"below 9·(S+O)/F={floor} so all {workers} workers get work")
     if by_target < per_worker:
         limits.append(f"at most {by_target} to keep chunks under {target_chunk_s:.0f} s")
-    eff = best * m.frame_s / (m.startup_s + best * m.frame_s)
+    eff = best * m.frame_s / (m.startup_s + CHUNK_OVERHEAD_S + best * m.frame_s)
     reason = (
         f"S={m.startup_s:.2f} s start-up, F={m.frame_s:.3f} s/frame"
         + (f" ({m.source})" if m.source else "")

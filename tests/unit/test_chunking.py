@@ -35,6 +35,9 @@ def test_a_ready_blender_s_near_zero_still_makes_chunks_of_several_frames() -> N
     assert chunking.efficiency_floor(m) == 3
     choice = choose_chunk_size(frames=44, m=m, pool=Pool(workers=2, splits=True))
     assert choice.chunk_size == 22, choice.reason
+    # What `farm submit` prints counts O as the floor does: 22·1.1/(0 + 0.25 + 22·1.1).
+    assert choice.efficiency == pytest.approx(24.2 / 24.45)
+    assert choice.reason.endswith("efficiency 99%")
 
 
 def test_no_worker_is_left_idle_even_below_the_floor() -> None:
