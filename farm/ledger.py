@@ -141,8 +141,12 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         if isinstance(claimed, Exception):  # the move stands; the caller claims as usual
             log.warning("chunk %s/%d: the claim for %s failed: %s", job_id, index, then, claimed)
             return move_of(moved), None
-        claim = claim_of(claimed)
-        return move_of(moved), claim if claim.move.moved else None
+        move, claim = move_of(moved), claim_of(claimed)
+        if claim.move.moved and claim.move.previous == str(then) and move.status != "same":
+            # Both ran before and their answers were lost (the client sent the pipeline again):
+            # the claim took the chunk from this very move, which therefore stands.
+            move = Move(status="same", previous=str(target), token=token, target=str(target))
+        return move, claim if claim.move.moved else None
 
     def _chunk_script(
         self,

@@ -60,7 +60,9 @@ end
 # Returns {status, previous_state, token_or_state, target, gate_won, job, frames, records} (the
 # last three JSON, claims with 'r' only); status: ok | same | refused | stale | missing |
 # budget | blocked. One round trip for the move, its event, the attempt's meter, the gate and
-# the reads a claim needs; the chunk is read with one HMGET and written with one HSET.
+# the reads a claim needs; the chunk is read with one HMGET and written with one HSET. A call sent
+# again after its answer was lost answers as it did: a move 'same', a claim 'ok' with its token
+# (ARGV 8, the call's own, ends it) and previous_state = target, changing nothing.
 CHUNK_MOVE = (
     _GATE
     + _PAUSE
@@ -75,6 +77,34 @@ local jstate = j[1]
 local target = ARGV[1]
 local mode = ARGV[7]
 local flags = ARGV[12]
+local function claim_answer(previous, token)
+  if not string.find(flags, 'r', 1, true) then return {'ok', previous, token, target, 0} end
+  -- What the attempt reads next, here rather than in three more round trips, each as one JSON
+  -- text (cheap to parse): the job, the chunk's frames, and the records of those frames only
+  -- (not the job's every frame).
+  local frames_json = redis.call('HGET', KEYS[1], 'frames') or '[]'
+  local frames = cjson.decode(frames_json)
+  local records = {}
+  local any = false
+  for first = 1, #frames, 1000 do  -- HMGET in slices: unpack() is bounded by Lua's stack
+    local names = {}
+    for i = first, math.min(first + 999, #frames) do names[#names + 1] = tostring(frames[i]) end
+    for i, value in ipairs(redis.call('HMGET', KEYS[8], unpack(names))) do
+      if value then records[names[i]] = value; any = true end
+    end
+  end
+  local job = {}
+  local flat = redis.call('HGETALL', KEYS[2])
+  for i = 1, #flat, 2 do job[flat[i]] = flat[i + 1] end
+  return {'ok', previous, token, target, 0, cjson.encode(job), frames_json,
+    any and cjson.encode(records) or '{}'}
+end
+if state == target and mode == 'claim' and c[2] and
+   string.sub(c[2], -#ARGV[8] - 1) == '-' .. ARGV[8] then
+  -- This very claim, sent again (its reply was lost and the client retried the same call): it
+  -- took the chunk then, so it answers as it did, with its token; previous = the target.
+  return claim_answer(state, c[2])
+end
 if state == target and mode ~= 'claim' then
   if ARGV[3] ~= '' and c[2] ~= ARGV[3] then return {'stale', state, ''} end
   local won = 0
@@ -208,27 +238,7 @@ if target == 'done' then
   redis.call('HINCRBY', KEYS[2], 'chunks_done', 1)
   if string.find(flags, 'g', 1, true) then won = open_gate(KEYS[2], KEYS[6], ARGV[9], ARGV[3]) end
 end
-if mode == 'claim' and string.find(flags, 'r', 1, true) then
-  -- What the attempt reads next, here rather than in three more round trips, each as one JSON
-  -- text (cheap to parse): the job, the chunk's frames, and the records of those frames only
-  -- (not the job's every frame).
-  local frames_json = redis.call('HGET', KEYS[1], 'frames') or '[]'
-  local frames = cjson.decode(frames_json)
-  local records = {}
-  local any = false
-  for first = 1, #frames, 1000 do  -- HMGET in slices: unpack() is bounded by Lua's stack
-    local names = {}
-    for i = first, math.min(first + 999, #frames) do names[#names + 1] = tostring(frames[i]) end
-    for i, value in ipairs(redis.call('HMGET', KEYS[8], unpack(names))) do
-      if value then records[names[i]] = value; any = true end
-    end
-  end
-  local job = {}
-  local flat = redis.call('HGETALL', KEYS[2])
-  for i = 1, #flat, 2 do job[flat[i]] = flat[i + 1] end
-  return {'ok', state, token, target, won, cjson.encode(job), frames_json,
-    any and cjson.encode(records) or '{}'}
-end
+if mode == 'claim' then return claim_answer(state, token) end
 return {'ok', state, token, target, won}
 """.replace("HELD", _lua_set(running_states()), 1).replace(
         "USEFUL", _lua_set(spec.done for spec in PHASES.values()), 1

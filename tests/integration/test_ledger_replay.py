@@ -1,0 +1,129 @@
+"""A claim whose reply is lost: Redis ran it, the client's connection dropped before the answer
+came, and redis-py sent the same call again. The claim answers as it did the first time (its
+token, the job and the frames), so the worker runs the chunk now instead of leaving it claimed by
+no one until its lease runs out (a lost lease, spent from the chunk's budget). A TCP proxy in
+front of a real Redis drops the connection once, after Redis has answered a call that names
+`marker`."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from farm.ledger import Claim, Ledger
+from farm.ledger_lua import CHUNK_MOVE
+from farm.state import ChunkState
+from tests.integration.conftest import make_job
+
+
+class LosesOneReply:
+    """127.0.0.1 proxy to Redis. Once, after a request holding `marker` went to Redis, it closes
+    the client's connection instead of passing Redis's answer on."""
+
+    def __init__(self, upstream: tuple[str, int], marker: bytes) -> None:
+        self.upstream, self.marker = upstream, marker
+        self.dropped = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            armed = threading.Event()
+            threading.Thread(target=self._up, args=(client, server, armed), daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client, armed), daemon=True).start()
+
+    def _up(self, client: socket.socket, server: socket.socket, armed: threading.Event) -> None:
+        while data := _recv(client):
+            if self.marker in data and not self.dropped:
+                armed.set()  # before Redis can answer it
+            server.sendall(data)
+        server.close()
+
+    def _down(self, server: socket.socket, client: socket.socket, armed: threading.Event) -> None:
+        while data := _recv(server):
+            if armed.is_set() and not self.dropped:
+                self.dropped += 1
+                client.shutdown(socket.SHUT_RDWR)
+                client.close()
+                server.close()
+                return
+            client.sendall(data)
+        client.close()
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+@pytest.fixture
+def through_proxy(ledger: Ledger, redis_url: str) -> Iterator[tuple[Ledger, LosesOneReply]]:
+    url = urlsplit(redis_url)
+    proxy = LosesOneReply((url.hostname or "", url.port or 0), b"replayed@test")
+    # Workers' ledgers retry through an outage (ride_out_s); this one retries twice.
+    worker = Ledger.from_url(url._replace(netloc=f":test-pass@127.0.0.1:{proxy.port}").geturl(),
+                             ride_out_s=4)  # fmt: skip
+    # Redis has the ledger's scripts already, so the dropped answer is that of a call it ran
+    # (not a NOSCRIPT, after which redis-py loads the script and runs the call for the first time).
+    worker.r.script_load(CHUNK_MOVE)
+    assert proxy.dropped == 0
+    yield worker, proxy
+    proxy.close()
+
+
+def _render_claim(ledger: Ledger, name: str) -> Claim:
+    return ledger.claim("j1", 0, ChunkState.RENDERING, only_from=frozenset({ChunkState.QUEUED}),
+                        lease_s=30, worker=name)  # fmt: skip
+
+
+def test_a_claim_sent_again_gets_the_chunk_it_took(
+    through_proxy: tuple[Ledger, LosesOneReply], ledger: Ledger
+) -> None:
+    worker, proxy = through_proxy
+    make_job(ledger)
+    claim = _render_claim(worker, "replayed@test")
+    assert proxy.dropped == 1  # Redis ran it, the first answer never came
+    chunk = ledger.chunk("j1", 0)
+    assert claim.move.moved and claim.move.token == chunk["token"]
+    assert claim.job["id"] == "j1" and claim.frames == list(range(1, 11))
+    assert chunk["claims"] == "1" and chunk["worker"] == "replayed@test"
+    events = [e["event"] for e in ledger.events("j1")]
+    assert events.count("chunk-rendering") == 1
+
+
+def test_a_render_done_and_its_encode_claimed_in_one_round_trip_sent_again(
+    through_proxy: tuple[Ledger, LosesOneReply], ledger: Ledger
+) -> None:
+    """Ledger.move_then_claim: both scripts ran; sent again, the done move finds the chunk
+    already claimed past it, by this very call: the move stands and the claim is answered."""
+    worker, proxy = through_proxy
+    make_job(ledger)
+    render = _render_claim(worker, "w")
+    assert proxy.dropped == 0
+    move, claim = worker.move_then_claim(
+        "j1", 0, ChunkState.RENDERED, token=render.move.token, fields={"frames_done": "10"},
+        then=ChunkState.ENCODING, then_from=frozenset({ChunkState.RENDERED}), lease_s=30,
+        worker="replayed@test",
+    )  # fmt: skip
+    assert proxy.dropped == 1
+    chunk = ledger.chunk("j1", 0)
+    assert move.status == "same" and claim is not None
+    assert chunk["state"] == "encoding" and claim.move.token == chunk["token"]
+    assert chunk["claims"] == "2"  # the render's and the encode's, each once
+    attempts = [(r["phase"], r["end"]) for r in ledger.attempt_records("j1")]
+    assert attempts == [("rendering", "rendered")]
