@@ -128,13 +128,22 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
                              fields={"worker": worker, **claim_fields},
                              block=worker if block_after > 0 else "", block_after=block_after),
         ]  # fmt: skip
-        with wrapped(f"move chunk {index} of {job_id} to {target} and claim it for {then}"):
+
+        def send() -> list[Any]:
             pipe = self.r.pipeline(transaction=False)
             for script_keys, args in calls:
                 pipe.evalsha(self._move.sha, len(script_keys), *script_keys, *args)
-            moved, claimed = pipe.execute(raise_on_error=False)
-            if isinstance(moved, NoScriptError):  # a Redis that lost its scripts: load them
-                return alone()
+            answers: list[Any] = pipe.execute(raise_on_error=False)
+            return answers
+
+        with wrapped(f"move chunk {index} of {job_id} to {target} and claim it for {then}"):
+            moved, claimed = send()
+            if isinstance(moved, NoScriptError):
+                # A Redis that lost its scripts (a restart): load it and send the very same calls,
+                # so that a pipeline it ran before it restarted, whose answer was lost, is known
+                # as itself (its claim answers as it did).
+                self.r.script_load(self._move.script)
+                moved, claimed = send()
             if isinstance(moved, Exception):
                 raise moved
         self._announce_failed(job_id, moved)
@@ -234,7 +243,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
             expiry,
             fields_json,
             mode,
-            secrets.token_hex(4),
+            secrets.token_hex(8),  # also how a call sent again knows its own claim
             now,
             max_failures,
             event,  # the script puts {"event": "chunk-<target>", in front

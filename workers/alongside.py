@@ -11,15 +11,16 @@ One encode at a time: a render that ends while the last one is still encoding wa
 (encodes are short beside renders; this only keeps a slow encoder from piling up work that no
 message in the broker stands for).
 
-Attempts in the lane are metered at $0 while a render runs beside them: the render pays for the
-instance. Their seconds with no render beside them (a worker's last encode of a job, or a render
-waiting for the encode before it) are charged at the instance's price: the move that ends the
-attempt records them (`alone_s`), and the ledger's meter prices them at the `alone_per_s` its
-claim recorded.
+Attempts in the lane are metered at $0 while a paid attempt runs beside them (a render, or an
+encode from the broker): that attempt pays for the instance. Their seconds with none beside them
+(a worker's last encode of a job, or a render waiting for the encode before it) are charged at
+the instance's price: the move that ends the attempt records them (`alone_s`), and the ledger's
+meter prices them at the `alone_per_s` its claim recorded.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -35,53 +36,63 @@ from workers.gpu import Capabilities
 log = logging.getLogger(__name__)
 
 _lane = threading.local()
-"""The lane thread's attempt: when it began and the renders beside it (see end_fields)."""
+"""The lane thread's attempt: when it began and the paid attempts beside it (end_fields)."""
 
 
 def claim_fields(meter: Mapping[str, str]) -> dict[str, str]:
-    """What a claim in the lane records over the worker's meter: no price while a render runs
-    beside it, the instance's price for its seconds alone."""
+    """What a claim in the lane records over the worker's meter: no price while a paid attempt
+    runs beside it, the instance's price for its seconds alone."""
     return {"price_per_s": "0", "alone_per_s": meter.get("price_per_s", "0")}
 
 
 def end_fields() -> dict[str, Any]:
-    """What the move that ends an attempt records: in the lane, its seconds so far with no render
-    beside it (the ledger keeps at most the attempt's own seconds); elsewhere nothing."""
+    """What the move that ends an attempt records: in the lane, its seconds so far with no paid
+    attempt beside it (the ledger keeps at most the attempt's own seconds); elsewhere nothing."""
     since: float | None = getattr(_lane, "since", None)
     if since is None:
         return {}
-    renders: Renders = _lane.renders
-    return {"alone_s": f"{renders.alone_s(since, time.time()):.3f}"}
+    paid: Paid = _lane.paid
+    return {"alone_s": f"{paid.alone_s(since, time.time()):.3f}"}
 
 
-class Renders:
-    """When this worker process renders: what an encode in the lane shares the instance with.
-    One render at a time, so the spans do not overlap; the last few are enough (an encode waits
-    for at most one render to hand it over)."""
+def in_lane() -> bool:
+    """Whether this thread is the lane's, running an encode there."""
+    return getattr(_lane, "since", None) is not None
+
+
+class Paid:
+    """When this worker process runs attempts that pay for the instance (any chunk phase outside
+    the lane, on any of its threads: renders, and encodes or transcodes from the broker): what an
+    encode in the lane shares the instance with. Spans may overlap (`--concurrency` > 1)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._spans: deque[tuple[float, float]] = deque(maxlen=16)
-        self._open: float | None = None
+        self._spans: deque[tuple[float, float]] = deque(maxlen=256)
+        self._open: dict[int, float] = {}
+        self._keys = itertools.count()
 
     @contextmanager
-    def rendering(self) -> Iterator[None]:
-        start = time.time()
+    def running(self) -> Iterator[None]:
+        key, start = next(self._keys), time.time()
         with self._lock:
-            self._open = start
+            self._open[key] = start
         try:
             yield
         finally:
             with self._lock:
-                self._open = None
+                del self._open[key]
                 self._spans.append((start, time.time()))
 
     def alone_s(self, since: float, until: float) -> float:
-        """Seconds of [since, until] with no render running."""
+        """Seconds of [since, until] with no paid attempt running."""
         with self._lock:
-            spans = [*self._spans, *([(self._open, until)] if self._open is not None else [])]
-        shared = sum(max(min(end, until) - max(start, since), 0.0) for start, end in spans)
-        return max(until - since - shared, 0.0)
+            spans = [*self._spans, *((start, until) for start in self._open.values())]
+        covered, reach = 0.0, since
+        for start, end in sorted(spans):  # the measure of their union within [since, until]
+            if min(end, until) > max(start, reach):
+                covered += min(end, until) - max(start, reach)
+            reach = max(reach, min(end, until))
+        return max(until - since - covered, 0.0)
 
 
 def wanted(settings: Settings, caps: Capabilities) -> bool:
@@ -99,15 +110,15 @@ class Alongside:
         self._lock = threading.Lock()
         self._last: Future[None] | None = None
         self._closed = False
-        self.renders = Renders()
-        """The worker's renders (workers.tasks times each): what the lane's encodes share."""
+        self.paid = Paid()
+        """The worker's attempts outside the lane (workers.tasks times each)."""
 
     def hand(self, what: str, run: Callable[[], object]) -> bool:
         """Run `run` in the lane once the encode before it has ended (waits for that one); false
         once the lane is closed (the caller runs it itself)."""
 
         def guarded() -> None:
-            _lane.since, _lane.renders = time.time(), self.renders
+            _lane.since, _lane.paid = time.time(), self.paid
             try:
                 run()
             except Exception:  # run_chunk_phase records failures itself; this is a bug

@@ -113,9 +113,9 @@ def _run_chunk_phases(
         inline = nxt is not None and str(nxt.queue) in ctx.queues and nxt.phase in works
         # The next phase runs here, not in the encode lane: the done move claims it too.
         here = inline and not (phase.phase is Phase.RENDER and ctx.alongside is not None)
-        # The lane's encodes are paid by the renders beside them: each render is timed.
-        timing = ctx.alongside if phase.phase is Phase.RENDER else None
-        with timing.renders.rendering() if timing is not None else nullcontext():
+        # An encode in the lane is paid for by the attempts beside it: each one outside is timed.
+        beside = ctx.alongside if not alongside.in_lane() else None
+        with beside.paid.running() if beside is not None else nullcontext():
             result = _run_phase(
                 ctx, job_id, chunk, phase, works[phase.phase], send_next=not inline,
                 claim_fields=claim_fields, claimed=claimed, then=nxt if here else None,

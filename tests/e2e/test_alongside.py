@@ -66,7 +66,9 @@ def test_each_segment_is_encoded_while_the_next_chunk_renders(
     for k, (start, end) in encodes.items():
         beside = sum(max(min(end, b) - max(start, a), 0) for a, b in renders.values())
         cost = next(r["cost"] for r in records if r["phase"] == "encoding" and r["chunk"] == k)
-        assert cost == pytest.approx((end - start - beside) * price, abs=0.03 * price), k
+        # Within 0.1 s: the worker times its attempts from the task's start to its end, a few
+        # round trips wider than the ledger's claim-to-done windows used here.
+        assert cost == pytest.approx((end - start - beside) * price, abs=0.1 * price), k
     assert not any(a < encodes[3][1] and encodes[3][0] < b for a, b in renders.values())
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,6 +27,10 @@ class LosesOneReply:
     def __init__(self, upstream: tuple[str, int], marker: bytes) -> None:
         self.upstream, self.marker = upstream, marker
         self.dropped = 0
+        self.lost = b""
+        """The answer that never reached the client."""
+        self.on_drop: Callable[[], object] = lambda: None
+        """Runs after the drop, before the client can send again (a Redis restart's effects)."""
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -52,7 +56,8 @@ class LosesOneReply:
     def _down(self, server: socket.socket, client: socket.socket, armed: threading.Event) -> None:
         while data := _recv(server):
             if armed.is_set() and not self.dropped:
-                self.dropped += 1
+                self.dropped, self.lost = 1, data
+                self.on_drop()
                 client.shutdown(socket.SHUT_RDWR)
                 client.close()
                 server.close()
@@ -97,7 +102,7 @@ def test_a_claim_sent_again_gets_the_chunk_it_took(
     worker, proxy = through_proxy
     make_job(ledger)
     claim = _render_claim(worker, "replayed@test")
-    assert proxy.dropped == 1  # Redis ran it, the first answer never came
+    assert proxy.dropped == 1 and b"NOSCRIPT" not in proxy.lost  # Redis ran it; no answer came
     chunk = ledger.chunk("j1", 0)
     assert claim.move.moved and claim.move.token == chunk["token"]
     assert claim.job["id"] == "j1" and claim.frames == list(range(1, 11))
@@ -106,12 +111,17 @@ def test_a_claim_sent_again_gets_the_chunk_it_took(
     assert events.count("chunk-rendering") == 1
 
 
+@pytest.mark.parametrize("restarted", [False, True], ids=["dropped", "redis-restarted"])
 def test_a_render_done_and_its_encode_claimed_in_one_round_trip_sent_again(
-    through_proxy: tuple[Ledger, LosesOneReply], ledger: Ledger
+    through_proxy: tuple[Ledger, LosesOneReply], ledger: Ledger, restarted: bool
 ) -> None:
     """Ledger.move_then_claim: both scripts ran; sent again, the done move finds the chunk
-    already claimed past it, by this very call: the move stands and the claim is answered."""
+    already claimed past it, by this very call: the move stands and the claim is answered. Also
+    where Redis restarted in between and lost its scripts (kept its data): the ledger loads the
+    script and sends the same calls again."""
     worker, proxy = through_proxy
+    if restarted:
+        proxy.on_drop = ledger.r.script_flush
     make_job(ledger)
     render = _render_claim(worker, "w")
     assert proxy.dropped == 0
@@ -120,7 +130,7 @@ def test_a_render_done_and_its_encode_claimed_in_one_round_trip_sent_again(
         then=ChunkState.ENCODING, then_from=frozenset({ChunkState.RENDERED}), lease_s=30,
         worker="replayed@test",
     )  # fmt: skip
-    assert proxy.dropped == 1
+    assert proxy.dropped == 1 and b"NOSCRIPT" not in proxy.lost
     chunk = ledger.chunk("j1", 0)
     assert move.status == "same" and claim is not None
     assert chunk["state"] == "encoding" and claim.move.token == chunk["token"]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from farm.settings import Settings
-from workers.alongside import Alongside, Renders, claim_fields, end_fields, wanted
+from workers.alongside import Alongside, Paid, claim_fields, end_fields, in_lane, wanted
 from workers.gpu import Capabilities
 
 
@@ -75,30 +75,36 @@ def test_a_closed_lane_refuses_so_the_render_task_runs_the_encode_itself() -> No
     assert ran == []
 
 
-def test_the_lanes_seconds_alone_are_those_with_no_render_running() -> None:
-    renders = Renders()
-    renders._spans.extend([(100.0, 110.0), (111.0, 120.0)])  # two renders, one second apart
-    assert renders.alone_s(105.0, 115.0) == 1.0  # beside both, but for the gap
-    assert renders.alone_s(118.0, 130.0) == 10.0  # the last encode: 2 s beside, 10 alone
-    assert renders.alone_s(90.0, 95.0) == 5.0
+def test_the_lanes_seconds_alone_are_those_with_no_paid_attempt_running() -> None:
+    paid = Paid()
+    paid._spans.extend([(100.0, 110.0), (111.0, 120.0)])  # two renders, one second apart
+    assert paid.alone_s(105.0, 115.0) == 1.0  # beside both, but for the gap
+    assert paid.alone_s(118.0, 130.0) == 10.0  # the last encode: 2 s beside, 10 alone
+    assert paid.alone_s(90.0, 95.0) == 5.0
+    paid._spans.extend([(104.0, 112.0), (121.0, 122.0)])  # threads of a --concurrency 2 worker
+    assert paid.alone_s(100.0, 125.0) == 4.0  # [120, 121] and [122, 125]: the gap is covered
 
 
-def test_a_render_in_progress_covers_the_lane_up_to_now() -> None:
-    renders = Renders()
-    with renders.rendering():
+def test_paid_attempts_running_cover_the_lane_up_to_now_until_the_last_ends() -> None:
+    paid = Paid()
+    with paid.running():
         started = time.time()
-        assert renders.alone_s(started, started + 3.0) == 0.0
+        assert paid.alone_s(started, started + 3.0) == 0.0
+        with paid.running():  # a second thread's render
+            pass
+        assert paid.alone_s(started, started + 3.0) == 0.0  # the first still runs
     ended = time.time()
-    assert 2.0 <= renders.alone_s(ended, ended + 2.0) <= 2.0 + 1e-6
+    assert paid.alone_s(ended, ended + 2.0) == pytest.approx(2.0)
 
 
 def test_only_an_attempt_in_the_lane_reports_its_seconds_alone_and_claims_at_no_price() -> None:
     assert end_fields() == {}  # a render task's attempt
     lane = Alongside()
     seen: list[dict[str, str]] = []
-    lane.hand("encode", lambda: (time.sleep(0.05), seen.append(end_fields())))
+    lane.hand("encode", lambda: (time.sleep(0.05), seen.append({**end_fields(), "in": in_lane()})))
     lane.close()
-    assert end_fields() == {}
+    assert end_fields() == {} and not in_lane()
+    assert seen[0]["in"] is True
     assert float(seen[0]["alone_s"]) >= 0.05  # no render ran beside it
     assert claim_fields({"price_per_s": "0.0002", "instance_type": "g5.xlarge"}) == {
         "price_per_s": "0",
