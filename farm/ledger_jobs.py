@@ -101,8 +101,8 @@ class JobRecords(Outbox):
         sources = ",".join(job_sources_of(target))
         with wrapped(f"move job {job_id} to {target}"):
             status, previous = self._job_move(
-                keys=[keys.r_job(job_id)],
-                args=[str(target), sources, json.dumps(fields), time.time()],
+                keys=[keys.r_job(job_id), keys.r_leases()],
+                args=[str(target), sources, json.dumps(fields), time.time(), job_id],
             )
         if status == "ok":
             self.event(job_id, f"job-{target}", **fields)

@@ -272,8 +272,10 @@ return open_gate(KEYS[1], KEYS[2], ARGV[1], '')
 """
 )
 
-# KEYS: 1 job hash; ARGV: 1 target, 2 allowed sources csv, 3 JSON fields, 4 now. A job leaving
-# 'paused' adds the pause to its paused_s (what the ETA leaves out of the time it has run).
+# KEYS: 1 job hash, 2 leases zset; ARGV: 1 target, 2 allowed sources csv, 3 JSON fields, 4 now,
+# 5 the job's id. A job leaving 'paused' adds the pause to its paused_s (what the ETA leaves out
+# of the time it has run), unless one of its chunks still holds a lease: none starts during a
+# pause, so that chunk ran all through it and the job never stood still.
 JOB_MOVE = (
     _PAUSE
     + r"""
@@ -283,7 +285,14 @@ if state == ARGV[1] then return {'same', state} end
 local allowed = false
 for s in string.gmatch(ARGV[2], '[^,]+') do if s == state then allowed = true end end
 if not allowed then return {'refused', state} end
-if state == 'paused' then end_pause(KEYS[1], ARGV[4]) end
+local function running()  -- a chunk of this job holds a lease (rare: only a pause's end asks)
+  local prefix = ARGV[5] .. ':'
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if string.sub(member, 1, #prefix) == prefix then return true end
+  end
+  return false
+end
+if state == 'paused' and not running() then end_pause(KEYS[1], ARGV[4]) end
 for k, v in pairs(cjson.decode(ARGV[3])) do redis.call('HSET', KEYS[1], k, tostring(v)) end
 redis.call('HSET', KEYS[1], 'state', ARGV[1])
 return {'ok', state}

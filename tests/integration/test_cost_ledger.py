@@ -180,6 +180,25 @@ def test_a_pause_counts_from_when_the_chunks_running_at_it_ended(ledger: Ledger)
     assert 0.2 <= float(ledger.job("j1")["paused_s"]) <= time.time() - ended
 
 
+def test_a_job_resumed_while_a_chunk_from_before_its_pause_still_runs_never_stood_still(
+    ledger: Ledger,
+) -> None:
+    _job(ledger)
+    _job(ledger, job_id="j10")  # its lease "j10:0" is not one of j1's
+    assert ledger.move_chunk("j10", 0, ChunkState.RENDERING, mode="claim", lease_s=30).moved
+    token = _claim(ledger, 0)
+    assert ledger.pause_job("j1", "paused by a user").moved
+    time.sleep(0.3)  # chunk 0 renders on all through the pause
+    assert ledger.resume_job("j1").moved
+    assert float(ledger.job("j1").get("paused_s", 0)) == 0
+    assert ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token).moved
+    # With the chunk done and j10's still running, the next pause counts in full.
+    assert ledger.pause_job("j1", "paused by a user").moved
+    time.sleep(0.2)
+    assert ledger.resume_job("j1").moved
+    assert 0.2 <= float(ledger.job("j1")["paused_s"]) < 0.5
+
+
 def test_a_job_that_fails_while_paused_ends_its_pause(ledger: Ledger) -> None:
     _job(ledger)
     token = _claim(ledger, 0)
