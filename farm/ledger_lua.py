@@ -285,9 +285,10 @@ if state == ARGV[1] then return {'same', state} end
 local allowed = false
 for s in string.gmatch(ARGV[2], '[^,]+') do if s == state then allowed = true end end
 if not allowed then return {'refused', state} end
-local function running()  -- a chunk of this job holds a lease (rare: only a pause's end asks)
+local function running()  -- a chunk of this job holds a live lease (only a pause's end asks)
   local prefix = ARGV[5] .. ':'
-  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  -- Not an expired one: its worker is gone (the reconciler takes it back), its chunk stood still.
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[4], '+inf')) do
     if string.sub(member, 1, #prefix) == prefix then return true end
   end
   return false

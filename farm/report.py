@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from farm.cost import money
+from farm.pipeline import running_states
 
 
 def _f(value: str | None) -> float | None:
@@ -50,8 +51,9 @@ def job_summary(
     now = now or time.time()
     created, finished = _f(job.get("created")), _f(job.get("finished"))
     elapsed = round((finished or now) - created, 2) if created else None
-    paused = paused_s(job, finished or now)
     chunk_list = [chunk_summary(c) for c in chunks]
+    running = any(c["state"] in running_states() for c in chunk_list)
+    paused = paused_s(job, finished or now, running=running)
     spec = json.loads(job.get("spec", "{}"))
     return {
         "id": job.get("id", ""),
@@ -76,14 +78,16 @@ def job_summary(
     }
 
 
-def paused_s(job: dict[str, str], now: float) -> float:
+def paused_s(job: dict[str, str], now: float, *, running: bool = False) -> float:
     """Seconds the job has stood still for a pause: its earlier pauses (the ledger adds each as
     the job leaves 'paused') and, while paused, the one it is in, each counted from the later of
-    the pause and the end of the last attempt that ran on after it (farm.ledger_lua's _PAUSE;
-    an attempt still running when the job resumes is not seen, and its pause counts whole)."""
+    the pause and the end of the last attempt that ran on after it (farm.ledger_lua's _PAUSE).
+    `running`: a chunk still runs, so the pause it is in has not stood the job still yet (none
+    starts during a pause: it has run all along, and the ledger adds nothing if it still runs at
+    the resume)."""
     total = _f(job.get("paused_s")) or 0.0
     since = _f(job.get("paused"))
-    if job.get("state") == "paused" and since:
+    if job.get("state") == "paused" and since and not running:
         total += max(now - max(since, _f(job.get("held_end")) or 0.0), 0.0)
     return round(total, 2)
 

@@ -197,6 +197,12 @@ def test_a_job_resumed_while_a_chunk_from_before_its_pause_still_runs_never_stoo
     time.sleep(0.2)
     assert ledger.resume_job("j1").moved
     assert 0.2 <= float(ledger.job("j1")["paused_s"]) < 0.5
+    # A lease past its expiry is a worker gone, not a chunk running: the pause counts.
+    assert ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim", lease_s=0.05).moved
+    assert ledger.pause_job("j1", "paused by a user").moved
+    time.sleep(0.2)
+    assert ledger.resume_job("j1").moved
+    assert 0.3 <= float(ledger.job("j1")["paused_s"]) < 0.7
 
 
 def test_a_job_that_fails_while_paused_ends_its_pause(ledger: Ledger) -> None:

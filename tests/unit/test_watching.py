@@ -116,3 +116,7 @@ def test_the_eta_leaves_out_the_time_a_job_spent_paused() -> None:
     assert eta_s(never) == 100 and "elapsed 01:40\n" in to_text(status_table(never)) + "\n"
     page = jobpage.job_page(resumed, chunk_times={}, thumbs=[], logs={}, cost=None, now=200.0)
     assert "elapsed 1:40 (paused 1:00)" in page
+    # A chunk from before the pause still renders: the job has not stood still in this pause
+    # yet (the ledger adds nothing for it if the chunk still runs at the resume).
+    rendering = [chunks[0], {**chunks[1], "state": "rendering", "frames_rendered": "3"}]
+    assert job_summary(job, rendering, now=200)["paused_s"] == 40
