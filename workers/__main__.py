@@ -154,6 +154,7 @@ def main(
     app = make_app(settings)
     ctx = build_context(settings, app, name, threads, caps, queues)
     ctx.ledger.meter = meter_fields(settings)
+    ctx.ledger.ending = alongside.end_fields  # the encode lane's seconds alone
     register(app, lambda: ctx)
     for module in filter(None, os.environ.get("FARM_TASK_PLUGINS", "").split(",")):
         # Extra tasks by module name (the benchmarks set bench.tasks); each module registers its

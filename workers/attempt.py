@@ -28,7 +28,6 @@ from farm.proc import Result, Running, run
 from farm.sandbox import Box, unwrapped_returncode, wrap
 from farm.spec import JobSpec
 from farm.store import sha256_file
-from workers import alongside
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 
@@ -298,17 +297,16 @@ def run_attempt(
         shutil.rmtree(attempt.workspace, ignore_errors=True)
     # After the last phase the same script tries the completion gate (one stitch per job).
     next_claim: Claim | None = None
-    ended = {**outcome.fields, **alongside.end_fields()}  # the lane's seconds alone, in the lane
     if then is not None and not ctx.drain.active.is_set():
         move, next_claim = ctx.ledger.move_then_claim(
-            job_id, index, phase.done, token=claim.token, fields=ended,
+            job_id, index, phase.done, token=claim.token, fields=outcome.fields,
             then=then.running, then_from=then.claim_from, lease_s=ctx.settings.lease_s,
             worker=ctx.name, block_after=block_after, phase=str(then.phase),
             **(claim_fields or {}),
         )  # fmt: skip
     else:
         move = ctx.ledger.move_chunk(
-            job_id, index, phase.done, token=claim.token, gate=phase.next is None, **ended
+            job_id, index, phase.done, token=claim.token, gate=phase.next is None, **outcome.fields
         )
     if move.status not in ("ok", "same"):  # 'same': a retried call already recorded it
         raise LeaseLost(f"chunk {index}: could not record the {phase.phase} ({move.status})")

@@ -195,12 +195,12 @@ def _run_phase(
         if interrupted:
             move = ctx.ledger.move_chunk(
                 job_id, chunk, phase.on_interrupt, token=token, mode="interrupt", error=str(exc),
-                max_failures=ctx.settings.max_lost_leases, **alongside.end_fields(),
+                max_failures=ctx.settings.max_lost_leases,
             )  # fmt: skip
         else:
             move = ctx.ledger.move_chunk(
                 job_id, chunk, phase.on_failure, token=token, mode="handback",
-                error=f"transient: {exc}", **alongside.end_fields(),
+                error=f"transient: {exc}",
             )  # fmt: skip
         if move.moved and move.target != ChunkState.FAILED:
             resend(0 if interrupted else jittered_backoff_s(transients))
@@ -224,12 +224,7 @@ def _release_if_job_failed(ctx: WorkerContext, job_id: str, chunk: int, phase: P
     token = attempt.held()
     if token and ctx.ledger.job(job_id).get("state") == JobState.FAILED:
         ctx.ledger.move_chunk(
-            job_id,
-            chunk,
-            phase.on_failure,
-            token=token,
-            error="stopped: the job failed",
-            **alongside.end_fields(),
+            job_id, chunk, phase.on_failure, token=token, error="stopped: the job failed"
         )
 
 
@@ -256,7 +251,7 @@ def _fail(
         job_id, chunk, back_to, token=token, mode="fail", error=str(exc)[-4000:],
         # A store refusal (denied, no bucket, disk full) fails the same way on every try.
         max_failures=1 if isinstance(exc, StoreRefused) else ctx.settings.max_attempts,
-        failed_at=time.time(), **alongside.end_fields(),
+        failed_at=time.time(),
     )  # fmt: skip
     if move.moved and move.target == str(back_to):
         failures = int(ctx.ledger.chunk(job_id, chunk).get("failures", 1))
