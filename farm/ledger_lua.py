@@ -181,8 +181,8 @@ if mode == 'fail' or mode == 'expire' or mode == 'interrupt' or mode == 'handbac
 end
 -- The meter: an attempt ends when its chunk leaves a running state; its wall time is paid GPU
 -- time at the price its claim recorded, wasted unless it left the chunk done for its phase. An
--- encode beside a render (workers.alongside) is claimed at no price, and its seconds with no
--- render beside it (`alone_s`, from the move that ends it) at `alone_per_s`.
+-- encode in the lane (workers.alongside) is claimed at no price, and its seconds with no paid
+-- attempt beside it (`alone_s`, from the move that ends it) are charged at `alone_per_s`.
 local claimed = tonumber(c[7] or '')
 if mode ~= 'claim' and claimed and HELD[state] then
   local ended = tonumber(ARGV[9])
