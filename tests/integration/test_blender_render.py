@@ -7,6 +7,7 @@ import json
 import secrets
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,6 +159,50 @@ def test_png16_rgba_is_kept_as_the_scene_asks(scenes: Path, tmp_path: Path) -> N
     assert done.result.ok, "\n".join(done.result.tail)
     assert png_header(done.frames[0].files[0])[2:] == (16, 6)  # 16-bit RGBA
     assert png_header(done.frames[0].preview)[2:] == (8, 2)
+    assert done.loaded["preview_is_frame"] is False
+    assert not done.frames[0].preview.samefile(done.frames[0].files[0])
+
+
+def _rgb(path: Path) -> bytes:
+    return subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+
+
+def test_a_frame_saved_as_the_preview_would_be_is_its_preview_not_saved_twice(
+    scenes: Path, tmp_path: Path
+) -> None:
+    # Blender's default output: 8-bit PNG, RGBA, the film opaque, no compositor: the frame's
+    # file is the preview (one link, not a second pass through the view transform).
+    done = render(scenes / "cycles.blend", tmp_path / "linked", [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    assert done.loaded["preview_is_frame"] is True
+    (frame,) = done.frames
+    assert frame.preview.samefile(frame.files[0])
+    assert png_header(frame.preview)[2:] == (8, 6)
+    assert frame.thumbnail is not None and frame.thumbnail.stat().st_size > 0
+    # The video sees what a preview saved apart would show: Blender's own RGB save of the same
+    # render, pixel for pixel (what this link saves it from doing).
+    apart = tmp_path / "apart.png"
+    saved = subprocess.run(
+        [sys.executable, "-I", "-c", SAVE_APART, str(scenes / "cycles.blend"), str(apart)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert saved.returncode == 0, saved.stdout[-2000:] + saved.stderr[-2000:]
+    assert png_header(apart)[2:] == (8, 2)
+    assert _rgb(frame.preview) == _rgb(apart)
+
+
+SAVE_APART = """
+import sys, bpy
+bpy.ops.wm.open_mainfile(filepath=sys.argv[1])
+scene = bpy.context.scene
+scene.frame_set(1)
+bpy.ops.render.render(write_still=False)
+scene.render.image_settings.color_mode = "RGB"
+bpy.data.images["Render Result"].save_render(sys.argv[2], scene=scene)
+"""
 
 
 def test_eevee_scene_renders_headless(scenes: Path, tmp_path: Path) -> None:

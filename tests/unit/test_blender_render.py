@@ -1,9 +1,18 @@
 """The render script's pure helpers (the script itself runs inside Blender; see
 tests/integration/test_blender_render.py)."""
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
-from workers.blender_render import ChunkFailed, job_path, map_engine, safe_slot
+from workers.blender_render import (
+    ChunkFailed,
+    frame_is_preview,
+    job_path,
+    map_engine,
+    safe_slot,
+)
 
 ENGINES_4_5 = ["BLENDER_EEVEE_NEXT", "BLENDER_WORKBENCH", "CYCLES"]
 ENGINES_5_0 = ["BLENDER_EEVEE", "BLENDER_WORKBENCH", "CYCLES"]
@@ -39,3 +48,69 @@ def test_job_path_comes_after_the_double_dash_inside_blender() -> None:
     assert job_path(["s.py", "--job", "/j.json"]) == "/j.json"
     with pytest.raises(ChunkFailed):
         job_path(["s.py"])
+
+
+def _scene(**changes: Any) -> SimpleNamespace:
+    """A scene as bpy shows it to the script: PNG RGBA 8-bit, opaque film, no compositor
+    nodes, a sequencer with no strips (Blender's defaults), with `changes` over them."""
+    image = {"file_format": "PNG", "color_mode": "RGBA", "color_depth": "8",
+             "color_management": "FOLLOW_SCENE"}  # fmt: skip
+    render = {"film_transparent": False, "use_multiview": False, "use_compositing": True,
+              "use_sequencer": True}  # fmt: skip
+    scene = {"use_nodes": False, "node_tree": None, "compositing_node_group": None,
+             "sequence_editor": None}  # fmt: skip
+    for key, value in changes.items():
+        for part in (image, render, scene):
+            if key in part:
+                part[key] = value
+                break
+        else:
+            raise KeyError(key)
+    return SimpleNamespace(
+        render=SimpleNamespace(**render, image_settings=SimpleNamespace(**image)), **scene
+    )
+
+
+def _tree(*nodes: str) -> SimpleNamespace:
+    return SimpleNamespace(nodes=list(nodes))
+
+
+@pytest.mark.parametrize(
+    ("changes", "depth"),
+    [
+        ({}, "8"),  # RGBA, the film opaque: alpha is 1 everywhere
+        ({"color_mode": "RGB"}, "8"),
+        ({"color_mode": "RGB", "film_transparent": True}, "8"),  # RGB drops alpha either way
+        ({"color_mode": "RGB", "color_depth": "16"}, "16"),  # a 10-bit video's preview
+        ({"use_nodes": True, "node_tree": _tree()}, "8"),  # nodes on, none there
+        ({"use_nodes": True, "node_tree": _tree("Blur"), "use_compositing": False}, "8"),
+        ({"sequence_editor": SimpleNamespace(strips_all=[])}, "8"),
+    ],
+)
+def test_a_frame_saved_as_the_preview_would_be_is_the_preview(
+    changes: dict[str, Any], depth: str
+) -> None:
+    assert frame_is_preview(_scene(**changes), depth)
+
+
+@pytest.mark.parametrize(
+    ("changes", "depth"),
+    [
+        ({"file_format": "OPEN_EXR"}, "8"),
+        ({"file_format": "JPEG", "color_mode": "RGB"}, "8"),
+        ({"color_depth": "16"}, "8"),  # a 16-bit master, an 8-bit video
+        ({"color_mode": "RGB"}, "16"),
+        ({"color_mode": "BW"}, "8"),
+        ({"color_management": "OVERRIDE"}, "8"),  # its own view transform, not the scene's
+        ({"film_transparent": True}, "8"),  # straight alpha: the video would not be over black
+        ({"use_nodes": True, "node_tree": _tree("Alpha Over")}, "8"),  # may make alpha < 1
+        ({"compositing_node_group": _tree("Alpha Over")}, "8"),  # 5.0's compositor
+        ({"sequence_editor": SimpleNamespace(strips_all=["image strip"])}, "8"),
+        ({"sequence_editor": SimpleNamespace(sequences_all=["4.3's name"])}, "8"),
+        ({"use_multiview": True}, "8"),
+    ],
+)
+def test_a_frame_that_differs_from_the_preview_gets_its_own(
+    changes: dict[str, Any], depth: str
+) -> None:
+    assert not frame_is_preview(_scene(**changes), depth)
