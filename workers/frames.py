@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from farm import keys
 from farm.errors import FarmError, PermanentError, StoreRefused, TransientError
@@ -91,6 +92,29 @@ class FrameUploader:
         if self._thread:
             self._thread.join()
 
+    def _store(self, frame: int, path: Path, masters: tuple[Path, ...]) -> tuple[int, str]:
+        """Store the frame's masters, then the frame the video is made of; its size and sha256,
+        read from the very file stored (what is recorded is what is stored). Where the render
+        script made the frame's file its preview too (one file, linked), its bytes are sent
+        once: the store copies the master to the frame's key."""
+        copied: tuple[str, int, str] | None = None
+        for master in masters:  # before the record: a recorded frame has its masters
+            with open_boxed(master) as fh:
+                key = keys.master_key(self.job_id, master.name)
+                if copied is None and _is(fh, path):
+                    size = os.fstat(fh.fileno()).st_size
+                    copied = key, size, hashlib.file_digest(fh, "sha256").hexdigest()
+                self.store.put_open(key, fh)
+        if copied is not None:
+            key, size, digest = copied
+            self.store.copy(key, keys.frame_key(self.job_id, frame), intermediate=True)
+            return size, digest
+        with open_boxed(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+            self.store.put_open(keys.frame_key(self.job_id, frame), fh, intermediate=True)
+        return size, digest
+
     def _split_off(self, frame: int) -> bool:
         """Whether `frame` is the split's new chunk's now: it renders and records it."""
         last = self.kept_until()
@@ -106,13 +130,7 @@ class FrameUploader:
                 continue
             started = time.monotonic()
             try:
-                for master in masters:  # before the record: a recorded frame has its masters
-                    with open_boxed(master) as fh:
-                        self.store.put_open(keys.master_key(self.job_id, master.name), fh)
-                with open_boxed(path) as fh:  # what is recorded is what is stored
-                    size = os.fstat(fh.fileno()).st_size
-                    digest = hashlib.file_digest(fh, "sha256").hexdigest()
-                    self.store.put_open(keys.frame_key(self.job_id, frame), fh, intermediate=True)
+                size, digest = self._store(frame, path, masters)
                 if self._split_off(frame):  # split while it was uploading
                     continue
                 # The record, the chunk's progress and (once an attempt; the job keeps the
@@ -134,6 +152,16 @@ class FrameUploader:
                 log.exception("upload of frame %d failed", frame)
                 self.errors.append(exc)
             self.upload_s += time.monotonic() - started
+
+
+def _is(fh: BinaryIO, path: Path) -> bool:
+    """Whether the open file is the one at `path` now (the same inode, never through a link)."""
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    here = os.fstat(fh.fileno())
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def frames_to_render(

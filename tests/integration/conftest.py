@@ -1,8 +1,10 @@
-"""A real Redis server on a free loopback port, for ledger tests; the tiny scenes the render
-script's tests render (render_scenes.py, built once a session)."""
+"""A real Redis server on a free loopback port, for ledger tests; a real SeaweedFS (one a module)
+for store tests; the tiny scenes the render script's tests render (render_scenes.py, built once a
+session)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -11,12 +13,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import botocore.exceptions
 import pytest
 import redis
 
+from farm.errors import FarmError
 from farm.ledger import Ledger
 from farm.plan import plan_chunks
+from farm.settings import Settings
 from farm.spec import JobSpec, build_render_spec
+from farm.store import Store
 
 
 @pytest.fixture(scope="session")
@@ -94,3 +100,50 @@ def wait_until(condition: Callable[[], object], timeout_s: float = 10.0) -> None
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+WEED_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
+              "filer.port.grpc", "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """A Store on a SeaweedFS of its own (`weed mini`, S3 only, as `farm up` starts it)."""
+    binary = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+    if not Path(binary).exists():
+        pytest.fail("weed is not installed; run `make setup`", pytrace=False)
+    home = tmp_path_factory.mktemp("weed")
+    identities = home / "identities.json"
+    identities.write_text(json.dumps({"identities": [{
+        "name": "farm", "credentials": [{"accessKey": "test-key", "secretKey": "test-secret"}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }]}))  # fmt: skip
+    ports = {name: _free_port() for name in WEED_PORTS}
+    argv = [binary, "mini", f"-dir={home / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-s3.config={identities}", "-bucket=farm", "-webdav=false", "-admin.ui=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
+            *(f"-{name}={port}" for name, port in ports.items())]  # fmt: skip
+    (home / "data").mkdir()
+    with (home / "weed.log").open("wb") as log:
+        server = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={"HOME": str(home)}
+        )
+    settings = Settings(
+        s3_endpoint=f"http://127.0.0.1:{ports['s3.port']}", s3_bucket="farm",
+        s3_access_key="test-key", s3_secret_key="test-secret",
+    )  # fmt: skip
+    found = Store.from_settings(settings)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            found.ensure_bucket()
+            found.put_bytes("ready", b"")
+            break
+        except (FarmError, botocore.exceptions.BotoCoreError):
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail((home / "weed.log").read_text()[-2000:], pytrace=False)
+            time.sleep(0.2)
+    yield found
+    server.terminate()
+    server.wait(30)

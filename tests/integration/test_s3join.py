@@ -6,26 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
-import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import botocore.exceptions
 import ffmpeg
 import pytest
 
 from farm import keys
-from farm.errors import FarmError, ObjectChanged, PermanentError, StoreError
+from farm.errors import ObjectChanged, PermanentError, StoreError
 from farm.ledger import Ledger
 from farm.ledger_jobs import EARLY_PART, EARLY_UPLOAD
-from farm.local import free_port
 from farm.reconcile import Pass, Reconciler
 from farm.settings import Settings
 from farm.store import Store, sha256_file
@@ -44,51 +38,6 @@ from workers.stitch import SegmentRef, stitch_frames
 FPS = Fraction(24)
 BIG_FRAMES = 8
 """Frames of 1280x720 noise at CRF 10: about 6.5 MiB a segment, over a part's 5 MiB."""
-WEED_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
-              "filer.port.grpc", "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc")  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    """A Store on a SeaweedFS of its own (`weed mini`, S3 only, as `farm up` starts it)."""
-    binary = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
-    if not Path(binary).exists():
-        pytest.fail("weed is not installed; run `make setup`", pytrace=False)
-    home = tmp_path_factory.mktemp("weed")
-    identities = home / "identities.json"
-    identities.write_text(json.dumps({"identities": [{
-        "name": "farm", "credentials": [{"accessKey": "test-key", "secretKey": "test-secret"}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }]}))  # fmt: skip
-    ports = {name: free_port() for name in WEED_PORTS}
-    argv = [binary, "mini", f"-dir={home / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.config={identities}", "-bucket=farm", "-webdav=false", "-admin.ui=false",
-            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
-            *(f"-{name}={port}" for name, port in ports.items())]  # fmt: skip
-    (home / "data").mkdir()
-    with (home / "weed.log").open("wb") as log:
-        server = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env={"HOME": str(home)}
-        )
-    settings = Settings(
-        s3_endpoint=f"http://127.0.0.1:{ports['s3.port']}", s3_bucket="farm",
-        s3_access_key="test-key", s3_secret_key="test-secret",
-    )  # fmt: skip
-    found = Store.from_settings(settings)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            found.ensure_bucket()
-            found.put_bytes("ready", b"")
-            break
-        except (FarmError, botocore.exceptions.BotoCoreError):
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                pytest.fail((home / "weed.log").read_text()[-2000:], pytrace=False)
-            time.sleep(0.2)
-    yield found
-    server.terminate()
-    server.wait(30)
 
 
 def segment(

@@ -1,0 +1,83 @@
+"""A frame on its way into a real SeaweedFS (workers.frames.FrameUploader): where the render script
+made the frame's file its preview too (one file, linked), its bytes are sent once and the store
+copies them; otherwise each file is sent."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from farm import keys
+from farm.ledger import Ledger
+from farm.store import INTERMEDIATE_TAG, Store
+from workers.frames import FrameUploader
+
+
+class Counted:
+    """The store, counting what goes through this host and what the store copies."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.sent: list[str] = []
+        self.copied: list[tuple[str, str]] = []
+
+    def put_open(self, key: str, body: Any, *, intermediate: bool = False) -> str:
+        self.sent.append(key)
+        return self.store.put_open(key, body, intermediate=intermediate)
+
+    def copy(self, source: str, key: str, *, intermediate: bool = False) -> str:
+        self.copied.append((source, key))
+        return self.store.copy(source, key, intermediate=intermediate)
+
+
+def _upload(store: Counted, ledger: Ledger, job_id: str, frame: int, preview: Path,
+            master: Path) -> FrameUploader:  # fmt: skip
+    uploader = FrameUploader(store, ledger, job_id, 0)  # type: ignore[arg-type]
+    uploader.start()
+    uploader.add(frame, preview, masters=(master,))
+    uploader.finish()
+    uploader.raise_errors()
+    return uploader
+
+
+def _tags(store: Store, key: str) -> str:
+    tags = store.s3.get_object_tagging(Bucket=store.bucket, Key=key)["TagSet"]
+    return "&".join(f"{t['Key']}={t['Value']}" for t in tags)
+
+
+def test_a_frame_that_is_its_preview_is_sent_once_and_copied_by_the_store(
+    store: Store, ledger: Ledger, tmp_path: Path
+) -> None:
+    master = tmp_path / "frame_000007.png"
+    master.write_bytes(os.urandom(300_000))
+    preview = tmp_path / "preview_000007.png"
+    os.link(master, preview)
+    counted = Counted(store)
+    uploader = _upload(counted, ledger, "linked", 7, preview, master)
+    master_key, frame_key = keys.master_key("linked", master.name), keys.frame_key("linked", 7)
+    assert counted.sent == [master_key]
+    assert counted.copied == [(master_key, frame_key)]
+    assert store.get_bytes(frame_key) == store.get_bytes(master_key) == master.read_bytes()
+    # The frame expires with the job's intermediates; the master is kept.
+    assert _tags(store, frame_key) == INTERMEDIATE_TAG
+    assert _tags(store, master_key) == ""
+    size, digest = ledger.frame_records("linked")[7]
+    assert (size, digest) == (300_000, hashlib.sha256(master.read_bytes()).hexdigest())
+    assert uploader.done == [7]
+
+
+def test_a_preview_saved_apart_is_sent_itself(store: Store, ledger: Ledger, tmp_path: Path) -> None:
+    master = tmp_path / "frame_000003.exr"
+    master.write_bytes(b"exr" * 1000)
+    preview = tmp_path / "preview_000003.png"
+    preview.write_bytes(b"png" * 500)
+    counted = Counted(store)
+    _upload(counted, ledger, "apart", 3, preview, master)
+    frame_key = keys.frame_key("apart", 3)
+    assert counted.sent == [keys.master_key("apart", master.name), frame_key]
+    assert counted.copied == []
+    assert store.get_bytes(frame_key) == b"png" * 500
+    assert _tags(store, frame_key) == INTERMEDIATE_TAG
+    assert ledger.frame_records("apart")[3][0] == 1500
