@@ -1,4 +1,4 @@
-"""`python -m bench [overhead|dispatch|stitch|store|ledger|simulate ...] [--quick]`: run the benchmarks,
+"""`python -m bench [overhead|saves|dispatch|stitch|store|ledger|simulate ...] [--quick]`: run the benchmarks,
 each beside its baseline, write one JSON file under bench/results/ and print the table.
 `--rounds N --frames 48,96`: the overhead bench N times over, medians printed.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from bench import common
 from bench.common import LocalFarm, Row
 
-ALL = ("overhead", "dispatch", "stitch", "store", "ledger", "simulate")
+ALL = ("overhead", "saves", "dispatch", "stitch", "store", "ledger", "simulate")
 NEEDS_FARM = {"overhead", "dispatch", "store"}
 
 
@@ -31,7 +31,7 @@ def run(
 ) -> dict[str, Any]:
     """Run the named benchmarks; returns what was written to the results file. `rounds` and
     `frame_counts`: the overhead bench's (bench.overhead.run)."""
-    from bench import dispatch, ledger, overhead, simulate, stitch, store
+    from bench import dispatch, ledger, overhead, saves, simulate, stitch, store
 
     results: dict[str, Any] = {"machine": common.machine(), "quick": quick, "started": time.time()}
     rows: list[Row] = []
@@ -43,6 +43,7 @@ def run(
             "overhead": lambda: overhead.run(
                 _need(farm), quick, rounds=rounds, frame_counts=frame_counts
             ),
+            "saves": lambda: saves.run(quick),
             "dispatch": lambda: dispatch.run(_need(farm), quick),
             "stitch": lambda: stitch.run(quick),
             "store": lambda: store.run(_need(farm), quick),

@@ -208,18 +208,21 @@ class Store:
             etag = self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
         return etag
 
-    def copy(self, source: str, key: str, *, intermediate: bool = False) -> str:
+    def copy(self, source: str, key: str, *, etag: str = "", intermediate: bool = False) -> str:
         """Object `source` stored again as `key` by the store itself, its bytes never passing
         through this host (up to 5 GiB, one CopyObject); `intermediate` as for `put_file`, the
-        source's own tags not carried over. Returns the copy's ETag."""
-        tags = {"TaggingDirective": "REPLACE", "Tagging": INTERMEDIATE_TAG if intermediate else ""}
+        source's own tags not carried over. `etag`: only if the source still has that one (else
+        ObjectChanged). Returns the copy's ETag."""
+        extra = {"CopySourceIfMatch": etag} if etag else {}
+        if intermediate:
+            extra["Tagging"] = INTERMEDIATE_TAG
         with _wrapped(f"copy {source} to {key}"):
             answer = self.s3.copy_object(
                 Bucket=self.bucket, Key=key, CopySource={"Bucket": self.bucket, "Key": source},
-                **tags,
+                TaggingDirective="REPLACE", **extra,
             )  # fmt: skip
-            etag: str = answer["CopyObjectResult"]["ETag"]
-        return etag
+            copied: str = answer["CopyObjectResult"]["ETag"]
+        return copied
 
     def put_bytes(
         self, key: str, data: bytes, content_type: str = "application/octet-stream"

@@ -15,6 +15,7 @@ says `FARM-DONE <nonce> {}` after each; an empty line or the end of stdin ends i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -65,13 +66,14 @@ def frame_name(frame: int, extension: str) -> str:
 
 
 def frame_is_preview(scene: Any, preview_depth: str) -> bool:
-    """Whether the frame as the scene saves it is already the preview the video is made from: a
-    PNG at the preview's depth in the scene's own view transform, RGB, or RGBA whose alpha is 1
-    everywhere (an opaque film, and no compositor or sequencer strip that could make it less:
-    the preview drops alpha by compositing over black, a video encoder by ignoring it, which
-    agree only where alpha is 1). Then the preview is the frame's file, not a second save: each
-    save converts the whole render through the view transform again (0.4 s of a 4K frame before
-    any compression, 0.8 s with the PNG's), time a GPU waits."""
+    """Whether the frame as the scene saves it can be the preview the video is made from: a PNG
+    at the preview's depth in the scene's own view transform, RGB, or RGBA with an opaque film
+    (Renderer.opaque then reads its alpha back: holdouts, the compositor and sequencer strips
+    can make it less than 1 whatever the film, and where it is, Blender's RGB save darkens the
+    pixel as alpha over black does while a video encoder would drop alpha). Then the preview is
+    the frame's file, not a second save: each save converts the whole render through the view
+    transform again (0.4 s of a 4K frame before any compression, 0.8 s with the PNG's), time a
+    GPU waits."""
     render, image = scene.render, scene.render.image_settings
     if image.file_format != "PNG" or image.color_depth != preview_depth:
         return False
@@ -79,36 +81,7 @@ def frame_is_preview(scene: Any, preview_depth: str) -> bool:
         return False
     if getattr(image, "color_management", "FOLLOW_SCENE") != "FOLLOW_SCENE":
         return False
-    if image.color_mode == "RGB":
-        return True
-    return (
-        image.color_mode == "RGBA"
-        and not render.film_transparent
-        and not _compositing(scene)
-        and not _strips(scene)
-    )
-
-
-def _compositing(scene: Any) -> bool:
-    """Whether the render goes through compositor nodes (4.x: the scene's node tree when it
-    uses nodes; 5.0: its compositing node group)."""
-    if not getattr(scene.render, "use_compositing", True):
-        return False
-    tree = getattr(scene, "compositing_node_group", None)
-    if tree is None and getattr(scene, "use_nodes", False):
-        tree = getattr(scene, "node_tree", None)
-    return tree is not None and len(tree.nodes) > 0
-
-
-def _strips(scene: Any) -> bool:
-    """Whether the sequencer makes the frame (it is on and has strips)."""
-    editor = getattr(scene, "sequence_editor", None)
-    if not getattr(scene.render, "use_sequencer", False) or editor is None:
-        return False
-    strips: Any = getattr(editor, "strips_all", None)  # 4.4's name; sequences_all before
-    if strips is None:
-        strips = getattr(editor, "sequences_all", ())
-    return len(strips) > 0
+    return image.color_mode == "RGB" or (image.color_mode == "RGBA" and not render.film_transparent)
 
 
 def preview_name(frame: int) -> str:
@@ -247,8 +220,6 @@ class Renderer:
         """LOADED's fields (what renders, where): a warm Blender's later chunks say them again."""
         depth = str(job.get("preview_depth", "8"))
         self.preview_depth = depth if depth in PREVIEW_DEPTHS else "8"
-        self.preview_is_frame = False
-        """Whether each frame's file is its preview too (frame_is_preview), set at the load."""
 
     def run(self) -> None:
         self.scene = self.load()
@@ -276,7 +247,6 @@ class Renderer:
         if image.file_format in MOVIE_FORMATS:
             # Frames are kept as images; the farm makes the video.
             image.file_format, image.color_mode, image.color_depth = "PNG", "RGB", "8"
-        self.preview_is_frame = frame_is_preview(scene, self.preview_depth)
         self.loaded = dict(
             blender=self.bpy.app.version_string,
             engine=scene.render.engine,
@@ -289,7 +259,6 @@ class Renderer:
             # render threads Blender uses on them.
             cpus=sorted(os.sched_getaffinity(0)),
             threads=scene.render.threads,
-            preview_is_frame=self.preview_is_frame,
         )
         announce("LOADED", self.nonce, **self.loaded, load_s=round(time.monotonic() - started, 3))
         return scene
@@ -494,11 +463,23 @@ class Renderer:
             raise ChunkFailed(f"frame {frame}: Blender made no render result")
         name = frame_name(frame, scene.render.file_extension)
         saved = os.path.join(self.out_dir, name)
-        result.save_render(saved, scene=scene)
         preview = preview_name(frame)
-        if not (self.preview_is_frame and self.link(saved, os.path.join(self.out_dir, preview))):
-            self.save_preview(scene, result, os.path.join(self.out_dir, preview))
-        thumb = self.save_thumbnail(frame, os.path.join(self.out_dir, preview))
+        previewed = os.path.join(self.out_dir, preview)
+        # A frame rendered again here (a retry, a re-render) leaves its last files: each save
+        # makes new ones, never writing through an old name into what another name still shows.
+        for stale in (saved, previewed, os.path.join(self.out_dir, thumb_name(frame))):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
+        result.save_render(saved, scene=scene)
+        read = self.read_preview(scene, saved)
+        try:
+            linked = read is not None and self.link(saved, previewed)
+            if not linked:
+                self.save_preview(scene, result, previewed)
+            thumb = self.save_thumbnail(frame, previewed, read if linked else None)
+        finally:
+            if read is not None:
+                bpy.data.images.remove(read)
         announce(
             "FRAME",
             self.nonce,
@@ -510,14 +491,38 @@ class Renderer:
             save_s=round(time.monotonic() - started - render_s, 3),
         )
 
+    def read_preview(self, scene: Any, path: str) -> Any:
+        """The frame saved at `path`, loaded, where it can be the preview (frame_is_preview) and
+        every pixel's alpha, read back, is 1; else None. Reading it (0.24 s of a 4K frame) costs
+        less than the save it spares, and the thumbnail is made from it, not read again."""
+        if not frame_is_preview(scene, self.preview_depth):
+            return None
+        image = None
+        try:
+            import numpy
+
+            image = self.bpy.data.images.load(path, check_existing=False)
+            if scene.render.image_settings.color_mode == "RGB":
+                return image
+            pixels = numpy.empty(len(image.pixels), dtype=numpy.float32)
+            image.pixels.foreach_get(pixels)
+            if pixels.size and pixels[3::4].min() >= 1.0:
+                return image
+        except (ImportError, RuntimeError, TypeError, ValueError) as exc:
+            print(f"farm: frame not read back, preview saved apart ({exc})", file=sys.stderr,
+                  flush=True)  # fmt: skip
+        if image is not None:
+            self.bpy.data.images.remove(image)
+        return None
+
     def link(self, frame: str, preview: str) -> bool:
         """The frame's file under the preview's name too (a hard link, same bytes); False when
-        the folder's filesystem refuses links: the preview is then saved."""
+        the link cannot be made: the preview is then saved."""
         try:
             os.link(frame, preview)
             return True
         except OSError as exc:
-            print(f"farm: preview saved apart ({exc})", file=sys.stderr, flush=True)
+            print(f"farm: preview saved apart, no link ({exc})", file=sys.stderr, flush=True)
             return False
 
     def save_preview(self, scene: Any, result: Any, path: str) -> None:
@@ -538,14 +543,19 @@ class Renderer:
             if managed is not None:
                 image.color_management = managed
 
-    def save_thumbnail(self, frame: int, preview: str) -> str | None:
+    def save_thumbnail(self, frame: int, preview: str, loaded: Any = None) -> str | None:
         """The preview scaled to THUMB_WIDTH as a JPEG, made here where the pixels already are
         (an ffmpeg per frame costs a tenth of a small frame's CPU); None when it cannot be made:
-        a thumbnail is a convenience, never part of the frame."""
+        a thumbnail is a convenience, never part of the frame. `loaded`: the preview already
+        read (the caller removes it)."""
         bpy, name = self.bpy, thumb_name(frame)
         image = None
         try:
-            image = bpy.data.images.load(preview, check_existing=False)
+            image = (
+                loaded
+                if loaded is not None
+                else bpy.data.images.load(preview, check_existing=False)
+            )
             width, height = image.size
             if width > THUMB_WIDTH:
                 image.scale(THUMB_WIDTH, max(2, round(height * THUMB_WIDTH / width / 2) * 2))
@@ -557,7 +567,7 @@ class Renderer:
             print(f"farm: no thumbnail of frame {frame}: {exc}", file=sys.stderr, flush=True)
             return None
         finally:
-            if image is not None:
+            if image is not None and loaded is None:
                 bpy.data.images.remove(image)
 
 

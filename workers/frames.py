@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from farm import keys
-from farm.errors import FarmError, PermanentError, StoreRefused, TransientError
+from farm.errors import FarmError, ObjectChanged, PermanentError, StoreRefused, TransientError
 from farm.ledger import Ledger
 from farm.store import Store
 from workers import thumbnail
@@ -96,23 +96,30 @@ class FrameUploader:
         """Store the frame's masters, then the frame the video is made of; its size and sha256,
         read from the very file stored (what is recorded is what is stored). Where the render
         script made the frame's file its preview too (one file, linked), its bytes are sent
-        once: the store copies the master to the frame's key."""
-        copied: tuple[str, int, str] | None = None
+        once: the store copies the master just sent to the frame's key."""
+        frame_key = keys.frame_key(self.job_id, frame)
+        stored: tuple[int, str] | None = None
         for master in masters:  # before the record: a recorded frame has its masters
             with open_boxed(master) as fh:
                 key = keys.master_key(self.job_id, master.name)
-                if copied is None and _is(fh, path):
-                    size = os.fstat(fh.fileno()).st_size
-                    copied = key, size, hashlib.file_digest(fh, "sha256").hexdigest()
-                self.store.put_open(key, fh)
-        if copied is not None:
-            key, size, digest = copied
-            self.store.copy(key, keys.frame_key(self.job_id, frame), intermediate=True)
-            return size, digest
+                etag = self.store.put_open(key, fh)
+                if stored is not None or not _is(fh, path):
+                    continue
+                fh.seek(0)
+                stored = (
+                    os.fstat(fh.fileno()).st_size,
+                    hashlib.file_digest(fh, "sha256").hexdigest(),
+                )
+                try:
+                    self.store.copy(key, frame_key, etag=etag, intermediate=True)
+                except ObjectChanged:  # another attempt's master since: send this one's bytes
+                    self.store.put_open(frame_key, fh, intermediate=True)
+        if stored is not None:
+            return stored
         with open_boxed(path) as fh:
             size = os.fstat(fh.fileno()).st_size
             digest = hashlib.file_digest(fh, "sha256").hexdigest()
-            self.store.put_open(keys.frame_key(self.job_id, frame), fh, intermediate=True)
+            self.store.put_open(frame_key, fh, intermediate=True)
         return size, digest
 
     def _split_off(self, frame: int) -> bool:

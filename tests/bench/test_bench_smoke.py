@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import dispatch, ledger, overhead, stitch, store
+from bench import dispatch, ledger, overhead, saves, stitch, store
 from bench.common import ROOT, LocalFarm, Row
 
 
@@ -77,6 +77,13 @@ def test_stitch_smoke() -> None:
     _rows_ok(rows, "stitch")
     assert [c["segments"] for c in result["cases"]] == [2, 5]
     assert all(c["concat_s"] > 0 and c["cp_s"] > 0 and c["bytes"] > 0 for c in result["cases"])
+
+
+def test_saves_smoke() -> None:
+    result, rows = saves.run(quick=True)
+    _rows_ok(rows, "saves")
+    assert result["linked"] == [True]  # the demo's RGBA PNG, its film opaque: the preview
+    assert all(s > 0 for s in (*result["save_s"], *result["blender_save_s"]))
 
 
 def test_store_smoke(bench_farm: LocalFarm) -> None:

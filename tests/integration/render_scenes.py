@@ -79,6 +79,11 @@ scene.render.image_settings.color_depth = "16"
 scene.render.film_transparent = True
 save("png16.blend")
 
+# The film opaque, but a holdout cube: alpha 0 where the cube is.
+base()
+bpy.data.objects["Cube"].is_holdout = True
+save("holdout.blend")
+
 # Eevee is BLENDER_EEVEE_NEXT in 4.2-4.5 and BLENDER_EEVEE again in 5.0.
 base("BLENDER_EEVEE_NEXT" if bpy.app.version[:2] < (5, 0) else "BLENDER_EEVEE")
 save("eevee.blend")

@@ -159,7 +159,6 @@ def test_png16_rgba_is_kept_as_the_scene_asks(scenes: Path, tmp_path: Path) -> N
     assert done.result.ok, "\n".join(done.result.tail)
     assert png_header(done.frames[0].files[0])[2:] == (16, 6)  # 16-bit RGBA
     assert png_header(done.frames[0].preview)[2:] == (8, 2)
-    assert done.loaded["preview_is_frame"] is False
     assert not done.frames[0].preview.samefile(done.frames[0].files[0])
 
 
@@ -173,11 +172,10 @@ def _rgb(path: Path) -> bytes:
 def test_a_frame_saved_as_the_preview_would_be_is_its_preview_not_saved_twice(
     scenes: Path, tmp_path: Path
 ) -> None:
-    # Blender's default output: 8-bit PNG, RGBA, the film opaque, no compositor: the frame's
-    # file is the preview (one link, not a second pass through the view transform).
+    # Blender's default output: 8-bit PNG, RGBA, the film opaque: the frame's file is the
+    # preview (one link, not a second pass through the view transform).
     done = render(scenes / "cycles.blend", tmp_path / "linked", [1])
     assert done.result.ok, "\n".join(done.result.tail)
-    assert done.loaded["preview_is_frame"] is True
     (frame,) = done.frames
     assert frame.preview.samefile(frame.files[0])
     assert png_header(frame.preview)[2:] == (8, 6)
@@ -192,6 +190,35 @@ def test_a_frame_saved_as_the_preview_would_be_is_its_preview_not_saved_twice(
     assert saved.returncode == 0, saved.stdout[-2000:] + saved.stderr[-2000:]
     assert png_header(apart)[2:] == (8, 2)
     assert _rgb(frame.preview) == _rgb(apart)
+
+
+def test_a_frame_rendered_again_in_the_same_folder_is_saved_anew_and_linked_again(
+    scenes: Path, tmp_path: Path
+) -> None:
+    """A retry on the same worker meets the last attempt's linked pair: the frame is not
+    written through the old link (its preview saved over it, the master left RGB)."""
+    first = render(scenes / "cycles.blend", tmp_path, [1])
+    assert first.result.ok, "\n".join(first.result.tail)
+    assert first.frames[0].preview.samefile(first.frames[0].files[0])
+    again = render(scenes / "cycles.blend", tmp_path, [1])
+    assert again.result.ok, "\n".join(again.result.tail)
+    (frame,) = again.frames
+    assert frame.preview.samefile(frame.files[0])
+    assert png_header(frame.files[0])[2:] == (8, 6)  # the scene's RGBA, as it asks
+    assert "preview saved apart" not in "\n".join(again.lines)
+
+
+def test_a_frame_whose_alpha_is_not_1_gets_a_preview_of_its_own(
+    scenes: Path, tmp_path: Path
+) -> None:
+    """An opaque film, but a holdout cube (alpha 0 there): read back from the saved frame, so
+    the video is made from Blender's RGB save, as for a transparent film."""
+    done = render(scenes / "holdout.blend", tmp_path, [1])
+    assert done.result.ok, "\n".join(done.result.tail)
+    (frame,) = done.frames
+    assert not frame.preview.samefile(frame.files[0])
+    assert png_header(frame.files[0])[2:] == (8, 6)
+    assert png_header(frame.preview)[2:] == (8, 2)
 
 
 SAVE_APART = """

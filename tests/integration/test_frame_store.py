@@ -27,9 +27,9 @@ class Counted:
         self.sent.append(key)
         return self.store.put_open(key, body, intermediate=intermediate)
 
-    def copy(self, source: str, key: str, *, intermediate: bool = False) -> str:
+    def copy(self, source: str, key: str, *, etag: str = "", intermediate: bool = False) -> str:
         self.copied.append((source, key))
-        return self.store.copy(source, key, intermediate=intermediate)
+        return self.store.copy(source, key, etag=etag, intermediate=intermediate)
 
 
 def _upload(store: Counted, ledger: Ledger, job_id: str, frame: int, preview: Path,
@@ -81,3 +81,28 @@ def test_a_preview_saved_apart_is_sent_itself(store: Store, ledger: Ledger, tmp_
     assert store.get_bytes(frame_key) == b"png" * 500
     assert _tags(store, frame_key) == INTERMEDIATE_TAG
     assert ledger.frame_records("apart")[3][0] == 1500
+
+
+class Overwritten(Counted):
+    """Another attempt writes the same master between this one's upload and its copy."""
+
+    def copy(self, source: str, key: str, *, etag: str = "", intermediate: bool = False) -> str:
+        self.store.put_bytes(source, b"another attempt's frame")
+        return super().copy(source, key, etag=etag, intermediate=intermediate)
+
+
+def test_a_master_replaced_before_its_copy_is_not_copied_the_frame_is_sent(
+    store: Store, ledger: Ledger, tmp_path: Path
+) -> None:
+    master = tmp_path / "frame_000005.png"
+    master.write_bytes(b"this attempt's frame")
+    preview = tmp_path / "preview_000005.png"
+    os.link(master, preview)
+    counted = Overwritten(store)
+    _upload(counted, ledger, "raced", 5, preview, master)
+    frame_key = keys.frame_key("raced", 5)
+    assert counted.copied == [(keys.master_key("raced", master.name), frame_key)]
+    assert counted.sent[-1] == frame_key
+    assert store.get_bytes(frame_key) == b"this attempt's frame"
+    recorded = ledger.frame_records("raced")[5][1]
+    assert recorded == hashlib.sha256(b"this attempt's frame").hexdigest()
