@@ -34,9 +34,9 @@ from farm.settings import Settings
 log = logging.getLogger(__name__)
 INTERMEDIATE_TAG = "farm-data=intermediate"
 """Matches the lifecycle rule in infra/terraform/modules/storage."""
-_TRANSFER = TransferConfig(
-    multipart_threshold=64 * 1024 * 1024, multipart_chunksize=32 * 1024 * 1024
-)
+ONE_PUT_BYTES = 64 * 1024 * 1024
+"""Files under this size go up in one PUT, its answer their ETag; larger ones in parts."""
+_TRANSFER = TransferConfig(multipart_threshold=ONE_PUT_BYTES, multipart_chunksize=32 * 1024 * 1024)
 
 
 def sha256_file(path: Path) -> str:

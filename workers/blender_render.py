@@ -15,7 +15,6 @@ says `FARM-DONE <nonce> {}` after each; an empty line or the end of stdin ends i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -220,6 +219,8 @@ class Renderer:
         """LOADED's fields (what renders, where): a warm Blender's later chunks say them again."""
         depth = str(job.get("preview_depth", "8"))
         self.preview_depth = depth if depth in PREVIEW_DEPTHS else "8"
+        self.can_link = True
+        """False once the folder's filesystem refused a hard link (Renderer.link)."""
 
     def run(self) -> None:
         self.scene = self.load()
@@ -461,25 +462,29 @@ class Renderer:
         result = bpy.data.images.get("Render Result")
         if result is None:
             raise ChunkFailed(f"frame {frame}: Blender made no render result")
-        name = frame_name(frame, scene.render.file_extension)
-        saved = os.path.join(self.out_dir, name)
-        preview = preview_name(frame)
-        previewed = os.path.join(self.out_dir, preview)
-        # A frame rendered again here (a retry, a re-render) leaves its last files: each save
-        # makes new ones, never writing through an old name into what another name still shows.
-        for stale in (saved, previewed, os.path.join(self.out_dir, thumb_name(frame))):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(stale)
+        name, preview, thumb_file = frame_name(frame, scene.render.file_extension), \
+            preview_name(frame), thumb_name(frame)  # fmt: skip
+        # Each file is written under a name of this run's own, then renamed into place: a frame
+        # rendered again in this folder (a retry; after a split, the old attempt and the new
+        # chunk both on frame N) never has a save write through an old name into a file
+        # another name still shows (the master of a linked preview).
+        saved, previewed, thumbed = (self.private(n) for n in (name, preview, thumb_file))
         result.save_render(saved, scene=scene)
         read = self.read_preview(scene, saved)
         try:
             linked = read is not None and self.link(saved, previewed)
             if not linked:
                 self.save_preview(scene, result, previewed)
-            thumb = self.save_thumbnail(frame, previewed, read if linked else None)
+            made = self.save_thumbnail(frame, previewed, thumbed, read if linked else None)
         finally:
             if read is not None:
                 bpy.data.images.remove(read)
+        os.replace(saved, os.path.join(self.out_dir, name))
+        os.replace(previewed, os.path.join(self.out_dir, preview))
+        thumb = None
+        if made:
+            os.replace(thumbed, os.path.join(self.out_dir, thumb_file))
+            thumb = thumb_file
         announce(
             "FRAME",
             self.nonce,
@@ -495,7 +500,7 @@ class Renderer:
         """The frame saved at `path`, loaded, where it can be the preview (frame_is_preview) and
         every pixel's alpha, read back, is 1; else None. Reading it (0.24 s of a 4K frame) costs
         less than the save it spares, and the thumbnail is made from it, not read again."""
-        if not frame_is_preview(scene, self.preview_depth):
+        if not self.can_link or not frame_is_preview(scene, self.preview_depth):
             return None
         image = None
         try:
@@ -506,23 +511,30 @@ class Renderer:
                 return image
             pixels = numpy.empty(len(image.pixels), dtype=numpy.float32)
             image.pixels.foreach_get(pixels)
-            if pixels.size and pixels[3::4].min() >= 1.0:
+            alpha = pixels[image.channels - 1 :: image.channels]
+            if image.channels == 4 and alpha.size and alpha.min() >= 1.0:
                 return image
-        except (ImportError, RuntimeError, TypeError, ValueError) as exc:
+        except Exception as exc:  # out of memory for the read, say: the preview is saved apart
             print(f"farm: frame not read back, preview saved apart ({exc})", file=sys.stderr,
                   flush=True)  # fmt: skip
         if image is not None:
             self.bpy.data.images.remove(image)
         return None
 
+    def private(self, name: str) -> str:
+        """`name` in the chunk's folder as only this run writes it (renamed into place after)."""
+        return os.path.join(self.out_dir, f".{self.nonce}.{name}")
+
     def link(self, frame: str, preview: str) -> bool:
         """The frame's file under the preview's name too (a hard link, same bytes); False when
-        the link cannot be made: the preview is then saved."""
+        the link cannot be made: the preview is then saved, and after a filesystem refused one,
+        no frame is read back for a link again."""
         try:
             os.link(frame, preview)
             return True
         except OSError as exc:
-            print(f"farm: preview saved apart, no link ({exc})", file=sys.stderr, flush=True)
+            self.can_link = False
+            print(f"farm: previews saved apart, no link ({exc})", file=sys.stderr, flush=True)
             return False
 
     def save_preview(self, scene: Any, result: Any, path: str) -> None:
@@ -543,12 +555,12 @@ class Renderer:
             if managed is not None:
                 image.color_management = managed
 
-    def save_thumbnail(self, frame: int, preview: str, loaded: Any = None) -> str | None:
-        """The preview scaled to THUMB_WIDTH as a JPEG, made here where the pixels already are
-        (an ffmpeg per frame costs a tenth of a small frame's CPU); None when it cannot be made:
-        a thumbnail is a convenience, never part of the frame. `loaded`: the preview already
-        read (the caller removes it)."""
-        bpy, name = self.bpy, thumb_name(frame)
+    def save_thumbnail(self, frame: int, preview: str, path: str, loaded: Any = None) -> bool:
+        """The preview scaled to THUMB_WIDTH as a JPEG at `path`, made here where the pixels
+        already are (an ffmpeg per frame costs a tenth of a small frame's CPU); False when it
+        cannot be made: a thumbnail is a convenience, never part of the frame. `loaded`: the
+        preview already read (the caller removes it)."""
+        bpy = self.bpy
         image = None
         try:
             image = (
@@ -560,12 +572,12 @@ class Renderer:
             if width > THUMB_WIDTH:
                 image.scale(THUMB_WIDTH, max(2, round(height * THUMB_WIDTH / width / 2) * 2))
             image.file_format = "JPEG"
-            image.filepath_raw = os.path.join(self.out_dir, name)
+            image.filepath_raw = path
             image.save(quality=80)  # the display-referred bytes as they are, no second transform
-            return name
+            return True
         except (RuntimeError, TypeError, ValueError) as exc:
             print(f"farm: no thumbnail of frame {frame}: {exc}", file=sys.stderr, flush=True)
-            return None
+            return False
         finally:
             if image is not None and loaded is None:
                 bpy.data.images.remove(image)

@@ -20,7 +20,7 @@ from typing import BinaryIO
 from farm import keys
 from farm.errors import FarmError, ObjectChanged, PermanentError, StoreRefused, TransientError
 from farm.ledger import Ledger
-from farm.store import Store
+from farm.store import ONE_PUT_BYTES, Store
 from workers import thumbnail
 from workers.box import open_boxed
 from workers.context import WorkerContext
@@ -103,7 +103,10 @@ class FrameUploader:
             with open_boxed(master) as fh:
                 key = keys.master_key(self.job_id, master.name)
                 etag = self.store.put_open(key, fh)
-                if stored is not None or not _is(fh, path):
+                # In parts, its ETag is read after the upload, when another attempt may have
+                # written the key: a copy insisting on it could copy that one's bytes.
+                one_put = os.fstat(fh.fileno()).st_size < ONE_PUT_BYTES
+                if stored is not None or not one_put or not _is(fh, path):
                     continue
                 fh.seek(0)
                 stored = (

@@ -117,6 +117,9 @@ def test_each_frame_gets_a_thumbnail_of_its_preview(scenes: Path, tmp_path: Path
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert probe == "mjpeg,320,180"
+    # Made from the frame's own file read back (its preview, linked): the frame is untouched.
+    assert done.frames[0].preview.samefile(done.frames[0].files[0])
+    assert png_header(done.frames[0].files[0]) == (640, 360, 8, 6)
     # The preview's display-referred colours, not transformed a second time.
     want, got = _mean_rgb(done.frames[0].preview, "320:180"), _mean_rgb(thumb, "320:180")
     assert all(abs(a - b) < 3 for a, b in zip(want, got, strict=True)), (want, got)
@@ -196,7 +199,7 @@ def test_a_frame_rendered_again_in_the_same_folder_is_saved_anew_and_linked_agai
     scenes: Path, tmp_path: Path
 ) -> None:
     """A retry on the same worker meets the last attempt's linked pair: the frame is not
-    written through the old link (its preview saved over it, the master left RGB)."""
+    written through the old link (its preview saved over it would leave the master RGB)."""
     first = render(scenes / "cycles.blend", tmp_path, [1])
     assert first.result.ok, "\n".join(first.result.tail)
     assert first.frames[0].preview.samefile(first.frames[0].files[0])
@@ -205,7 +208,9 @@ def test_a_frame_rendered_again_in_the_same_folder_is_saved_anew_and_linked_agai
     (frame,) = again.frames
     assert frame.preview.samefile(frame.files[0])
     assert png_header(frame.files[0])[2:] == (8, 6)  # the scene's RGBA, as it asks
-    assert "preview saved apart" not in "\n".join(again.lines)
+    assert "saved apart" not in "\n".join(again.lines)
+    # Written under the run's own names, then renamed into place: none is left behind.
+    assert not list(again.out_dir.glob(".*"))
 
 
 def test_a_frame_whose_alpha_is_not_1_gets_a_preview_of_its_own(

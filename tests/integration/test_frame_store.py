@@ -9,9 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from farm import keys
 from farm.ledger import Ledger
 from farm.store import INTERMEDIATE_TAG, Store
+from workers import frames
 from workers.frames import FrameUploader
 
 
@@ -42,6 +45,27 @@ def _upload(store: Counted, ledger: Ledger, job_id: str, frame: int, preview: Pa
     return uploader
 
 
+def _linked(tmp_path: Path, frame: int, data: bytes) -> tuple[Path, Path]:
+    """A frame's file and its preview, one file under two names, as the render script links
+    them."""
+    master = tmp_path / f"frame_{frame:06d}.png"
+    master.write_bytes(data)
+    preview = tmp_path / f"preview_{frame:06d}.png"
+    os.link(master, preview)
+    return master, preview
+
+
+def _sent_itself(store: Store, counted: Counted, job_id: str, frame: int, master: Path,
+                 data: bytes) -> str:  # fmt: skip
+    """Check the master and then the frame went up from this host, nothing copied; the frame's
+    key."""
+    frame_key = keys.frame_key(job_id, frame)
+    assert counted.sent == [keys.master_key(job_id, master.name), frame_key]
+    assert counted.copied == []
+    assert store.get_bytes(frame_key) == data
+    return frame_key
+
+
 def _tags(store: Store, key: str) -> str:
     tags = store.s3.get_object_tagging(Bucket=store.bucket, Key=key)["TagSet"]
     return "&".join(f"{t['Key']}={t['Value']}" for t in tags)
@@ -50,10 +74,7 @@ def _tags(store: Store, key: str) -> str:
 def test_a_frame_that_is_its_preview_is_sent_once_and_copied_by_the_store(
     store: Store, ledger: Ledger, tmp_path: Path
 ) -> None:
-    master = tmp_path / "frame_000007.png"
-    master.write_bytes(os.urandom(300_000))
-    preview = tmp_path / "preview_000007.png"
-    os.link(master, preview)
+    master, preview = _linked(tmp_path, 7, os.urandom(300_000))
     counted = Counted(store)
     uploader = _upload(counted, ledger, "linked", 7, preview, master)
     master_key, frame_key = keys.master_key("linked", master.name), keys.frame_key("linked", 7)
@@ -75,10 +96,7 @@ def test_a_preview_saved_apart_is_sent_itself(store: Store, ledger: Ledger, tmp_
     preview.write_bytes(b"png" * 500)
     counted = Counted(store)
     _upload(counted, ledger, "apart", 3, preview, master)
-    frame_key = keys.frame_key("apart", 3)
-    assert counted.sent == [keys.master_key("apart", master.name), frame_key]
-    assert counted.copied == []
-    assert store.get_bytes(frame_key) == b"png" * 500
+    frame_key = _sent_itself(store, counted, "apart", 3, master, b"png" * 500)
     assert _tags(store, frame_key) == INTERMEDIATE_TAG
     assert ledger.frame_records("apart")[3][0] == 1500
 
@@ -94,10 +112,7 @@ class Overwritten(Counted):
 def test_a_master_replaced_before_its_copy_is_not_copied_the_frame_is_sent(
     store: Store, ledger: Ledger, tmp_path: Path
 ) -> None:
-    master = tmp_path / "frame_000005.png"
-    master.write_bytes(b"this attempt's frame")
-    preview = tmp_path / "preview_000005.png"
-    os.link(master, preview)
+    master, preview = _linked(tmp_path, 5, b"this attempt's frame")
     counted = Overwritten(store)
     _upload(counted, ledger, "raced", 5, preview, master)
     frame_key = keys.frame_key("raced", 5)
@@ -106,3 +121,15 @@ def test_a_master_replaced_before_its_copy_is_not_copied_the_frame_is_sent(
     assert store.get_bytes(frame_key) == b"this attempt's frame"
     recorded = ledger.frame_records("raced")[5][1]
     assert recorded == hashlib.sha256(b"this attempt's frame").hexdigest()
+
+
+def test_a_frame_sent_in_parts_is_sent_again_not_copied(
+    store: Store, ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A master uploaded in parts has its ETag read after the upload, when another attempt may
+    have written the key: no copy insists on it; the frame goes up itself."""
+    monkeypatch.setattr(frames, "ONE_PUT_BYTES", 1000)  # this frame counts as one in parts
+    master, preview = _linked(tmp_path, 9, b"x" * 5000)
+    counted = Counted(store)
+    _upload(counted, ledger, "parts", 9, preview, master)
+    _sent_itself(store, counted, "parts", 9, master, b"x" * 5000)
