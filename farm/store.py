@@ -179,7 +179,7 @@ class Store:
         these very bytes (a manifest keeps it, so a later copy can insist on them).
         `intermediate` tags frames and segments so the bucket's lifecycle rule can expire them
         once deliverables exist."""
-        if path.stat().st_size < _TRANSFER.multipart_threshold:
+        if path.stat().st_size < ONE_PUT_BYTES:
             with path.open("rb") as body:
                 return self.put_open(key, body, intermediate=intermediate)
         extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else {}
@@ -195,7 +195,7 @@ class Store:
         extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else {}
         body.seek(0)
         with _wrapped(f"upload {key}"):
-            if os.fstat(body.fileno()).st_size < _TRANSFER.multipart_threshold:
+            if os.fstat(body.fileno()).st_size < ONE_PUT_BYTES:
                 # One PUT: s3transfer's thread and future machinery costs more than a frame's send.
                 etag: str = self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, **extra)[
                     "ETag"

@@ -67,7 +67,7 @@ def frame_name(frame: int, extension: str) -> str:
 def frame_is_preview(scene: Any, preview_depth: str) -> bool:
     """Whether the frame as the scene saves it can be the preview the video is made from: a PNG
     at the preview's depth in the scene's own view transform, RGB, or RGBA with an opaque film
-    (Renderer.opaque then reads its alpha back: holdouts, the compositor and sequencer strips
+    (Renderer.read_preview then reads its alpha back: holdouts, the compositor and sequencer strips
     can make it less than 1 whatever the film, and where it is, Blender's RGB save darkens the
     pixel as alpha over black does while a video encoder would drop alpha). Then the preview is
     the frame's file, not a second save: each save converts the whole render through the view

@@ -6,6 +6,7 @@ split left to the split's new chunk (the permit file tells the render script whe
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -103,16 +104,9 @@ class FrameUploader:
             with open_boxed(master) as fh:
                 key = keys.master_key(self.job_id, master.name)
                 etag = self.store.put_open(key, fh)
-                # In parts, its ETag is read after the upload, when another attempt may have
-                # written the key: a copy insisting on it could copy that one's bytes.
-                one_put = os.fstat(fh.fileno()).st_size < ONE_PUT_BYTES
-                if stored is not None or not one_put or not _is(fh, path):
+                if stored is not None or not _copyable(fh, path):
                     continue
-                fh.seek(0)
-                stored = (
-                    os.fstat(fh.fileno()).st_size,
-                    hashlib.file_digest(fh, "sha256").hexdigest(),
-                )
+                stored = _measure(fh)
                 try:
                     self.store.copy(key, frame_key, etag=etag, intermediate=True)
                 except ObjectChanged:  # another attempt's master since: send this one's bytes
@@ -120,10 +114,9 @@ class FrameUploader:
         if stored is not None:
             return stored
         with open_boxed(path) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+            stored = _measure(fh)
             self.store.put_open(frame_key, fh, intermediate=True)
-        return size, digest
+        return stored
 
     def _split_off(self, frame: int) -> bool:
         """Whether `frame` is the split's new chunk's now: it renders and records it."""
@@ -164,14 +157,24 @@ class FrameUploader:
             self.upload_s += time.monotonic() - started
 
 
-def _is(fh: BinaryIO, path: Path) -> bool:
-    """Whether the open file is the one at `path` now (the same inode, never through a link)."""
+def _measure(fh: io.BufferedReader) -> tuple[int, str]:
+    """The open file's size and sha256, read from its start."""
+    fh.seek(0)
+    return os.fstat(fh.fileno()).st_size, hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _copyable(fh: BinaryIO, path: Path) -> bool:
+    """Whether the master just sent from `fh` may be copied to the frame's key: it is the file
+    at `path` now (the same inode, never through a link), sent in one PUT (in parts, its ETag is
+    read after the upload, when another attempt may have written the key, so a copy insisting
+    on it could copy that one's bytes)."""
+    here = os.fstat(fh.fileno())
     try:
         there = os.stat(path, follow_symlinks=False)
     except OSError:
         return False
-    here = os.fstat(fh.fileno())
-    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+    same = (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+    return same and here.st_size < ONE_PUT_BYTES
 
 
 def frames_to_render(
