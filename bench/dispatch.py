@@ -203,7 +203,8 @@ def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
             ratio=bare_rate / farm_rate,
             note="ratio: bare/farm; a chunk is one task (render, then its segment in the same "
             f"task on a worker that encodes); a chunk took {_cpu_text(farm_cpu)}, a bare task "
-            f"{_cpu_text(bare_cpu)}",
+            f"{_cpu_text(bare_cpu)}; half of bare's rate on these cores leaves a chunk "
+            f"{2 * sum(bare_cpu.values()):.1f} ms of CPU in all",
         ),
         Row(
             bench="dispatch",

@@ -133,6 +133,6 @@ def register(app: Celery, get_ctx: Callable[[], WorkerContext]) -> None:
     def encode(job_id: str, chunk: int) -> dict[str, Any]:
         return run_chunk_phase(ctx(), job_id, chunk, PHASES[Phase.SEGMENT], WORKS)
 
-    @app.task(name=BENCH_NOOP, acks_late=True)  # type: ignore[untyped-decorator]
+    @app.task(name=BENCH_NOOP, acks_late=True, ignore_result=False)  # type: ignore[untyped-decorator]
     def noop() -> None:
         return None

@@ -56,8 +56,10 @@ def make_app(settings: Settings, name: str = "farm") -> Celery:
         result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
+        # The ledger is the record of every chunk, and Flower hears each task's result in its
+        # events: a result kept in Redis for a week per chunk was read by no one.
+        task_ignore_result=True,
         result_expires=7 * 24 * 3600,
-        task_track_started=True,
         task_send_sent_event=True,
         worker_send_task_events=True,
         task_routes={name: {"queue": str(queue)} for name, queue in TASK_QUEUES.items()},

@@ -45,6 +45,8 @@ def test_demo_scene_renders_into_a_video_with_every_frame(
     # never followed), it downloads none.
     chunks = local_farm.ledger().chunks(job_id)
     assert [int(c["frames_fetched_bytes"]) for c in chunks] == [0] * len(chunks)
+    # The ledger is each chunk's record: Celery keeps no result of its own in Redis for them.
+    assert list(local_farm.ledger().r.scan_iter("celery-task-meta-*")) == []
 
     stream = _video(local_farm, job_id, tmp_path)
     assert int(stream["nb_read_frames"]) == 48  # type: ignore[call-overload]
