@@ -15,7 +15,7 @@ import click
 from farm import keys
 from farm.cli_control import COMMANDS as CONTROL_COMMANDS
 from farm.cli_serve import COMMANDS as SERVE_COMMANDS
-from farm.cli_submit import settings_text, submit, wait_for_job
+from farm.cli_submit import settings_text, submit, trace_fixed_scene, wait_for_job
 from farm.errors import ConfigError, FarmError, SpecError, UnknownJob, UnreachableError
 from farm.ledger import Ledger
 from farm.report import (
@@ -24,7 +24,7 @@ from farm.report import (
     to_text,
 )
 from farm.settings import command_settings, default_config_path
-from farm.spec import JobSpec, check_scene_path, provenance
+from farm.spec import JobSpec, provenance
 from farm.state import ENDED
 
 log = logging.getLogger("farm")
@@ -215,9 +215,10 @@ def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path |
     from farm.jobs import reopen
 
     settings = command_settings(ctx).require_farm()
+    fixed = None
     if scene is not None:
-        check_scene_path(scene)
-    waiting = reopen(settings, job_id, every_unfinished=every_unfinished, scene=scene)
+        fixed = (scene, *trace_fixed_scene(scene, ctx.meta["config_path"]))
+    waiting = reopen(settings, job_id, every_unfinished=every_unfinished, fixed=fixed)
     click.echo(f"requeued {job_id}: {len(waiting)} chunks waiting")
 
 

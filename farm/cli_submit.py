@@ -235,6 +235,23 @@ def _render_spec(
     return spec, traced
 
 
+def trace_fixed_scene(path: Path, config: Path | None) -> tuple[str, Traced]:
+    """`farm retry --scene`: the fixed scene read (its Blender version) and traced (every file
+    it uses, uploaded beside it as at submit); SpecError for a damaged file or private files."""
+    from blender_asset_tracer.blendfile import close_all_cached
+
+    from farm.assets import trace_scene
+    from farm.blendfile import read_scene
+
+    check_scene_path(path)
+    try:
+        saved = read_scene(path, cached=True).blender_version
+        traced = trace_scene(path, config)
+    finally:
+        close_all_cached()
+    return saved, traced
+
+
 def settings_text(settings: dict[str, dict[str, Any]]) -> str:
     """`farm status` lines: each render setting, its value and where it came from."""
     lines = ["  settings"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -15,7 +16,7 @@ from farm.errors import FarmError, SpecError
 from farm.ledger import Ledger
 from farm.pipeline import first_phase, kind_of, waiting_for
 from farm.settings import Settings
-from farm.spec import JobSpec
+from farm.spec import JobKind, JobSpec
 from farm.state import ENDED
 from farm.store import Store
 
@@ -126,19 +127,20 @@ def _check_blender(ledger: Ledger, saved: str) -> None:
 
 
 def reopen(
-    settings: Settings, job_id: str, *, every_unfinished: bool, scene: Path | None
+    settings: Settings,
+    job_id: str,
+    *,
+    every_unfinished: bool,
+    fixed: tuple[Path, str, assets.Traced] | None = None,
 ) -> list[int]:
     """`farm retry`: back to running, with a fixed scene if given, and every waiting chunk sent
-    again (a duplicate message is harmless: only one claim can win)."""
+    again (a duplicate message is harmless: only one claim can win). `fixed`: the scene, the
+    Blender it was saved with and its trace (farm.cli_submit.trace_fixed_scene)."""
     ledger = Ledger.from_url(settings.redis_url)
     job = ledger.job_or_fail(job_id)
     ledger.check_reopen(job_id, every_unfinished=every_unfinished)  # before the scene changes
-    if scene is not None:
-        store = Store.from_settings(settings)
-        source_key, _, _ = store.put_content_addressed(
-            scene, lambda sha: keys.scene_key(sha, ".blend")
-        )
-        ledger.replace_source(job_id, source_key)
+    if fixed is not None:
+        _replace_scene(settings, ledger, job, *fixed)
     waiting = ledger.reopen_job(job_id, every_unfinished=every_unfinished)
     dispatch = Dispatcher(make_app(settings))
     kind = kind_of(job)
@@ -149,6 +151,32 @@ def reopen(
     if ledger.try_start_stitch(job_id):
         dispatch.stitch(job_id)
     return waiting
+
+
+def _replace_scene(
+    settings: Settings, ledger: Ledger, job: dict[str, str], scene: Path, saved: str,
+    traced: assets.Traced,
+) -> None:  # fmt: skip
+    """The job's scene from now on, with the files it uses: refused for a job that renders no
+    .blend, a Blender no worker has, or a file missing that the job did not allow missing."""
+    job_id, kind = job["id"], kind_of(job)
+    if kind is not JobKind.RENDER:
+        raise SpecError(f"job {job_id} is a {kind} job: --scene replaces a render job's .blend")
+    spec = JobSpec.from_json(json.loads(job["spec"]))
+    _check_blender(ledger, saved)
+    new = sorted(set(traced.manifest.missing) - set(spec.missing_assets))
+    if new:
+        names = "\n  ".join(new)
+        raise SpecError(
+            f"{len(new)} file(s) the fixed scene uses are missing on this machine:\n  {names}\n"
+            "fix the paths in the scene (File > External Data > Find Missing Files) and retry"
+        )
+    store = Store.from_settings(settings)
+    if spec.assets_key:  # the job's tree is laid out from its manifest: the fixed scene's now
+        assets.upload(store, traced)
+        store.put_json(spec.assets_key, traced.manifest.to_json())
+    source_key, _, _ = store.put_content_addressed(scene, lambda sha: keys.scene_key(sha, ".blend"))
+    ledger.replace_source(job_id, source_key)
 
 
 def _control_fields(

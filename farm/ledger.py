@@ -22,7 +22,7 @@ from farm.ledger_fleet import FleetRecords
 from farm.ledger_jobs import JobRecords
 from farm.ledger_split import SplitRecords
 from farm.pipeline import running_states, sources_of
-from farm.state import ENDED, ChunkState, JobState
+from farm.state import ChunkState, JobState
 
 __all__ = ["Claim", "Ledger", "Move"]
 log = logging.getLogger(__name__)
@@ -350,8 +350,19 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         return cancelled
 
     def check_reopen(self, job_id: str, *, every_unfinished: bool) -> None:
-        """LedgerError when a retry would leave the job running with chunks that never end."""
-        if every_unfinished or self.job(job_id).get("state") not in ENDED:
+        """LedgerError when the job may not retry: only a failed or cancelled one does (a paused
+        one resumes; a running one would render some chunks with a scene given now and others
+        with its own), and a retry must not leave it running with chunks that never end."""
+        state = self.job(job_id).get("state", "")
+        if state not in (JobState.FAILED, JobState.CANCELLED):
+            hints: dict[str, str] = {
+                JobState.PAUSED: f": `farm resume {job_id}` runs it again",
+                JobState.RUNNING: f"; to render the rest with another scene, `farm cancel "
+                f"{job_id}`, then `farm retry {job_id} --all --scene FIXED.blend`",
+            }  # fmt: skip
+            then = hints.get(state, "")
+            raise LedgerError(f"job {job_id} is {state}; only failed or cancelled jobs retry{then}")
+        if every_unfinished:
             return
         cancelled = [c for c in self.chunks(job_id) if c.get("state") == ChunkState.CANCELLED]
         if cancelled:

@@ -117,11 +117,15 @@ def job_file(
     nonce: str,
     remap: Mapping[str, str] | None = None,
     permit: Path | None = None,
+    source: str = "",
 ) -> dict[str, object]:
     """The JSON the render script reads: what to open, which frames, where they go, what to change.
-    `remap`: stored paths that would not resolve on this worker, to their copies in the tree."""
+    `remap`: stored paths that would not resolve on this worker, to their copies in the tree;
+    `source`: the scene's key in the store (its content hash), so a warm Blender that opened
+    the job's scene before `farm retry --scene` replaced it is never used for the fixed one."""
     job: dict[str, object] = {
         "scene": str(scene),
+        "source": source,
         "out_dir": str(out_dir),
         "frames": list(frames),
         "nonce": nonce,

@@ -209,6 +209,7 @@ def _run_blender(
         nonce=nonce,
         remap=tree_remap(ctx, attempt.job_id),
         permit=permit,
+        source=attempt.job.get("source_key", ""),
     )
     if ctx.warm is None:  # a warm Blender's pool writes it, with the paths its box shows
         job_path.write_text(json.dumps(job))

@@ -74,6 +74,7 @@ def test_job_file_without_overrides_leaves_the_scene_alone() -> None:
     )
     assert job == {
         "scene": "/s/shot.blend",
+        "source": "",
         "out_dir": "/o",
         "frames": [1, 3, 5],
         "nonce": NONCE,
@@ -86,6 +87,22 @@ def test_job_file_without_overrides_leaves_the_scene_alone() -> None:
         "allow_missing": [],
         "remap": {},
     }
+
+
+def test_a_warm_blender_never_renders_a_scene_replaced_since() -> None:
+    """`farm retry --scene` keeps the job's tree paths: the scene's stored key tells them apart."""
+    from workers.blender_render import same_scene
+    from workers.warm import warm_key
+
+    def job(source: str, frames: list[int]) -> dict[str, object]:
+        return job_file(scene=Path("/t/scene.blend"), out_dir=Path("/o"), frames=frames,
+                        settings=RenderSettings(), nonce=NONCE, source=source)  # fmt: skip
+
+    first, next_chunk, fixed = job("scenes/a", [1, 2]), job("scenes/a", [3]), job("scenes/b", [3])
+    assert same_scene(first, next_chunk) and not same_scene(first, fixed)
+    assert warm_key(["b"], first, memory_limit_bytes=0) != warm_key(
+        ["b"], fixed, memory_limit_bytes=0
+    )
 
 
 def test_job_file_carries_each_override_given() -> None:

@@ -1,0 +1,101 @@
+"""`farm retry --scene`: the fixed scene replaces the job's only where the job may retry, and
+brings the files it uses; a real Redis and a real SeaweedFS."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+
+from farm import keys
+from farm.assets import Manifest
+from farm.cli_submit import trace_fixed_scene
+from farm.errors import LedgerError
+from farm.jobs import reopen
+from farm.ledger import Ledger
+from farm.plan import plan_chunks
+from farm.settings import Settings
+from farm.spec import build_render_spec
+from farm.state import JobState
+from farm.store import Store
+from tests.conftest import DEMO
+
+TEXTURED = DEMO.with_name("textured.blend")
+
+
+def _settings(redis_url: str, store: Store) -> Settings:
+    return Settings(
+        redis_url=redis_url,
+        s3_endpoint=store.s3.meta.endpoint_url, s3_bucket=store.bucket,
+        s3_access_key="test-key", s3_secret_key="test-secret",
+    )  # fmt: skip
+
+
+def _job(ledger: Ledger, job_id: str) -> str:
+    """A render job of the demo with its asset tree, as `farm submit` records it."""
+    spec = build_render_spec(
+        source_name="demo.blend", frames="1-8", chunk_size=4, resolution="64x36", fps=24,
+        samples=1, codec="h264",
+    )  # fmt: skip
+    spec = dataclasses.replace(spec, assets_key=keys.assets_manifest_key(job_id))
+    ledger.create_job(
+        job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, 4), source_key="scenes/old"
+    )
+    return spec.assets_key or ""
+
+
+@pytest.mark.parametrize(
+    ("state", "hint"),
+    [
+        (JobState.RUNNING, "`farm cancel j1`, then `farm retry j1 --all --scene FIXED.blend`"),
+        (JobState.PAUSED, "`farm resume j1` runs it again"),
+    ],
+)
+def test_a_job_that_may_not_retry_keeps_its_scene(
+    ledger: Ledger, redis_url: str, store: Store, state: JobState, hint: str
+) -> None:
+    """Found by a review: the scene was swapped before the state was checked, so a running job's
+    remaining chunks rendered the other scene, and a paused one was resumed by a retry."""
+    _job(ledger, "j1")
+    ledger.move_job("j1", JobState.RUNNING)
+    if state is JobState.PAUSED:
+        assert ledger.pause_job("j1", "paused by a user").moved
+    before = set(store.keys("scenes/"))
+    with pytest.raises(LedgerError, match="only failed or cancelled jobs retry") as refused:
+        reopen(
+            _settings(redis_url, store), "j1", every_unfinished=True,
+            fixed=(TEXTURED, *trace_fixed_scene(TEXTURED, None)),
+        )  # fmt: skip
+    assert hint in str(refused.value)
+    job = ledger.job("j1")
+    assert (job["state"], job["source_key"]) == (state, "scenes/old")
+    assert set(store.keys("scenes/")) == before
+
+
+def test_a_fixed_scene_brings_its_files_into_the_jobs_tree(
+    ledger: Ledger, redis_url: str, store: Store, tmp_path: Path
+) -> None:
+    assets_key = _job(ledger, "j2")
+    ledger.cancel_job("j2")
+    fixed = tmp_path / "fixed.blend"
+    for folder in ("tex", "lib"):
+        shutil.copytree(TEXTURED.parent / folder, tmp_path / folder)
+    shutil.copy(TEXTURED, fixed)
+    saved, traced = trace_fixed_scene(fixed, None)
+    assert traced.manifest.assets  # the texture beside it
+
+    waiting = reopen(_settings(redis_url, store), "j2", every_unfinished=True,
+                     fixed=(fixed, saved, traced))  # fmt: skip
+
+    assert waiting == [0, 1]
+    job = ledger.job("j2")
+    assert job["state"] == JobState.RUNNING
+    assert job["source_key"] != "scenes/old" and store.exists(job["source_key"])
+    # Workers lay the tree out from the job's manifest: it names the fixed scene and its files,
+    # each stored by hash.
+    manifest = Manifest.from_json(store.get_json(assets_key))
+    assert manifest.scene == "fixed.blend"
+    assert manifest == traced.manifest
+    assert all(store.exists(keys.asset_key(a.sha256)) for a in manifest.assets)
