@@ -20,6 +20,14 @@ AUTO_CHUNK = 0
 _RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+))?\s*(?::\s*(-?\d+))?\s*$")
 
 
+def fps_fraction(fps: float) -> Fraction:
+    """24 -> 24/1; 23.976 -> 24000/1001; 29.97 -> 30000/1001 (NTSC rates are exact fractions)."""
+    for base in (24, 30, 48, 60, 120):
+        if abs(fps - base * 1000 / 1001) < 0.005:
+            return Fraction(base * 1000, 1001)
+    return Fraction(fps).limit_denominator(1001)
+
+
 class JobKind(StrEnum):
     RENDER = "render"
     """A .blend scene rendered frame by frame, then encoded and stitched."""
@@ -145,7 +153,7 @@ class JobSpec:
         """The exact frame rate: the scene's (24000/1001 for 23.976) unless --fps set one."""
         if self.scene is not None and "fps" not in self.overrides:
             return self.scene.rate
-        return Fraction(self.fps).limit_denominator(1001)
+        return fps_fraction(self.fps)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -182,6 +190,10 @@ class JobSpec:
         )
 
 
+BLENDER_MAX_FRAME = 1_048_574
+"""MAXFRAME in Blender's DNA_scene_types.h: the last frame a scene can be set to."""
+
+
 def parse_frames(text: str) -> FrameRange:
     """Parse `1-240`, `1-240:2` or `7` into a FrameRange."""
     match = _RANGE.match(text)
@@ -202,6 +214,9 @@ def parse_frames(text: str) -> FrameRange:
     frames = FrameRange(first=first, last=last, step=step)
     if frames.count > MAX_FRAMES:
         raise SpecError(f"frame range {text!r} has {frames.count} frames; at most {MAX_FRAMES}")
+    if last > BLENDER_MAX_FRAME:
+        # Blender would clamp every frame past it to it: one image rendered again and again.
+        raise SpecError(f"frame range {text!r} goes past frame {BLENDER_MAX_FRAME}, Blender's last")
     return frames
 
 

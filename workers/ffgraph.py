@@ -36,14 +36,6 @@ def mapped_preset(encoder: str, preset: str) -> str:
     return preset
 
 
-def fps_fraction(fps: float) -> Fraction:
-    """24 -> 24/1; 23.976 -> 24000/1001; 29.97 -> 30000/1001 (NTSC rates are exact fractions)."""
-    for base in (24, 30, 48, 60, 120):
-        if abs(fps - base * 1000 / 1001) < 0.005:
-            return Fraction(base * 1000, 1001)
-    return Fraction(fps).limit_denominator(1001)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EncodeSettings:
     codec: str
@@ -122,12 +114,26 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
     return opts
 
 
+FRAMES_AS_VIDEO = {
+    # setparams tags the frames themselves: ProRes takes its tags from them, not the options.
+    "vf": "scale=out_color_matrix=bt709:out_range=tv,"
+    "setparams=colorspace=bt709:color_primaries=bt709:color_trc=bt709:range=tv",
+    "colorspace": "bt709",
+    "color_primaries": "bt709",
+    "color_trc": "bt709",
+}
+"""A render's display-referred frames (sRGB primaries) as BT.709 video, and tagged so. Left to
+itself ffmpeg converts RGB with BT.601's matrix and tags nothing, and players read untagged HD
+and 4K as BT.709: a pure red frame played back as (255, 23, 0)."""
+
+
 def frames_to_segment_argv(
     *, ffmpeg_bin: str, pattern: Path, out: Path, settings: EncodeSettings, frame_count: int
 ) -> list[str]:
     """Numbered PNGs (0-based, `%06d.png`) -> one segment of exactly `frame_count` frames."""
     stream = ffmpeg.input(str(pattern), framerate=str(settings.fps), start_number=0)
-    stream = stream.output(str(out), vframes=frame_count, **codec_options(settings, frame_count))
+    options = {**codec_options(settings, frame_count), **FRAMES_AS_VIDEO}
+    stream = stream.output(str(out), vframes=frame_count, **options)
     return list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 from farm import keys
 from farm.errors import FramesMissing, PermanentError
 from farm.probe import probe_streams
+from farm.spec import fps_fraction
 from farm.store import sha256_file
 from workers import blender, s3join
 from workers.attempt import ChunkAttempt, Outcome, segment_manifest
 from workers.context import WorkerContext
-from workers.ffgraph import EncodeSettings, choose_encoder, fps_fraction, frames_to_segment_argv
+from workers.ffgraph import EncodeSettings, choose_encoder, frames_to_segment_argv
 
 log = logging.getLogger(__name__)
 

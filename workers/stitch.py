@@ -21,12 +21,12 @@ from farm import keys
 from farm.errors import FarmError, PermanentError
 from farm.ledger_jobs import EARLY_PART, EARLY_UPLOAD
 from farm.probe import Streams
-from farm.spec import JobSpec
+from farm.spec import JobSpec, fps_fraction
 from farm.state import JobState
 from farm.store import sha256_file
 from workers import s3join
 from workers.context import WorkerContext
-from workers.ffgraph import concat_argv, fps_fraction
+from workers.ffgraph import concat_argv
 from workers.join import check_tables, join_segments, probe_joined
 from workers.mp4track import CannotJoin
 

@@ -61,6 +61,9 @@ def test_demo_scene_renders_into_a_video_with_every_frame(
     assert (stream["width"], stream["height"]) == (320, 180)
     assert Fraction(str(stream["r_frame_rate"])) == 24
     assert stream["codec_name"] == "h264"
+    # BT.709, and said so through the join: players show the frames' colours.
+    colour = ("color_space", "color_primaries", "color_transfer", "color_range")
+    assert [stream.get(k) for k in colour] == ["bt709", "bt709", "bt709", "tv"]
 
     frames = _objects(local_farm, job_id, "frames")
     assert [Path(k).name for k in frames] == [f"{f:06d}.png" for f in range(1, 49)]

@@ -1,12 +1,12 @@
 from fractions import Fraction
 from pathlib import Path
 
+from farm.spec import fps_fraction
 from workers.ffgraph import (
     EncodeSettings,
     choose_encoder,
     concat_argv,
     concat_list,
-    fps_fraction,
     frames_to_segment_argv,
     moov_reserve_bytes,
 )
@@ -35,8 +35,12 @@ def test_x264_segment_is_one_closed_gop_of_exact_length() -> None:
     )
     assert argv == [
         "ffmpeg", "-framerate", "24", "-start_number", "0", "-i", "/w/%06d.png",
+        "-color_primaries", "bt709", "-color_trc", "bt709", "-colorspace", "bt709",
         "-crf", "20", "-g", "8", "-pix_fmt", "yuv420p", "-preset", "medium",
-        "-r", "24", "-vcodec", "libx264", "-vframes", "8", "-video_track_timescale", "24000",
+        "-r", "24", "-vcodec", "libx264", "-vf",
+        "scale=out_color_matrix=bt709:out_range=tv,"
+        "setparams=colorspace=bt709:color_primaries=bt709:color_trc=bt709:range=tv",
+        "-vframes", "8", "-video_track_timescale", "24000",
         "-x264opts", "no-scenecut:open-gop=0", "/w/s.mp4",
         "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
     ]  # fmt: skip

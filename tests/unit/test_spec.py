@@ -1,3 +1,4 @@
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,25 @@ def test_blend_without_header_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"not blender at all")
     with pytest.raises(SpecError, match="does not look like a Blender file"):
         check_scene_path(path)
+
+
+@pytest.mark.parametrize(
+    ("fps", "rate"),
+    [(23.976, Fraction(24000, 1001)), (29.97, Fraction(30000, 1001)), (59.94, Fraction(60000, 1001)),
+     (25.0, Fraction(25)), (12.5, Fraction(25, 2))],
+)  # fmt: skip
+def test_fps_given_as_ntsc_decimals_is_the_exact_ntsc_rate(fps: float, rate: Fraction) -> None:
+    """Found by a review: `--fps 23.976` was 2997/125, which the video's encoder snapped and
+    `farm status` did not."""
+    spec = build_render_spec(
+        source_name="a.blend", frames="1-4", chunk_size=2, resolution="64x36", fps=fps,
+        samples=1, codec="h264",
+    )  # fmt: skip
+    assert spec.rate == rate
+
+
+@pytest.mark.parametrize("text", ["2000000-2000010", "1048570-1048575", "99999999999999999999"])
+def test_a_frame_past_blenders_last_is_refused(text: str) -> None:
+    with pytest.raises(SpecError, match="goes past frame 1048574, Blender's last"):
+        parse_frames(text)
+    assert parse_frames("1048570-1048574").count == 5
