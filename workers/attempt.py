@@ -149,7 +149,9 @@ class ChunkAttempt:
         """One at a time: the lease keeper's periodic upload and the final one must not both
         rewrite the file (a redaction read mid-write would store an empty log)."""
         with self._log_lock:
-            if redact and self.log_path.exists():
+            if not self.log_path.exists():  # the child has not opened it yet
+                return
+            if redact:
                 text = self.log_path.read_text(errors="replace")
                 self.log_path.write_text(text.replace(redact, "<master URL>"))
             self.ctx.store.put_file(self.log_key, self.log_path)
@@ -297,16 +299,18 @@ def run_attempt(
         shutil.rmtree(attempt.workspace, ignore_errors=True)
     # After the last phase the same script tries the completion gate (one stitch per job).
     next_claim: Claim | None = None
+    # The phase is done: an outage it rode out is not held against the next (tasks.MAX_TRANSIENT).
+    fields = {**outcome.fields, "transients": 0}
     if then is not None and not ctx.drain.active.is_set():
         move, next_claim = ctx.ledger.move_then_claim(
-            job_id, index, phase.done, token=claim.token, fields=outcome.fields,
+            job_id, index, phase.done, token=claim.token, fields=fields,
             then=then.running, then_from=then.claim_from, lease_s=ctx.settings.lease_s,
             worker=ctx.name, block_after=block_after, phase=str(then.phase),
             **(claim_fields or {}),
         )  # fmt: skip
     else:
         move = ctx.ledger.move_chunk(
-            job_id, index, phase.done, token=claim.token, gate=phase.next is None, **outcome.fields
+            job_id, index, phase.done, token=claim.token, gate=phase.next is None, **fields
         )
     if move.status not in ("ok", "same"):  # 'same': a retried call already recorded it
         raise LeaseLost(f"chunk {index}: could not record the {phase.phase} ({move.status})")

@@ -144,17 +144,23 @@ class FrameUploader:
                     frames_rendered=len(self.done) + 1,
                 )  # fmt: skip
                 self.done.append(frame)
-                # Every frame's thumbnail is uploaded; the first one's time is the job's too.
-                uploaded = thumb is not None and thumbnail.upload(
-                    self.store, self.job_id, frame, thumb
-                )
-                if uploaded and first:  # the job keeps the earliest
-                    when = f"{time.time():.3f}"
-                    self.ledger.job_field_once(self.job_id, "first_thumbnail_at", when)
             except Exception as exc:  # reported after Blender ends
                 log.exception("upload of frame %d failed", frame)
                 self.errors.append(exc)
+            else:
+                self._thumbnail(frame, thumb, first)
             self.upload_s += time.monotonic() - started
+
+    def _thumbnail(self, frame: int, thumb: Path | None, first: bool) -> None:
+        """Every recorded frame's thumbnail is uploaded; the first one's time is the job's too.
+        Neither fails the chunk: its frame is stored and recorded."""
+        try:
+            uploaded = thumb is not None and thumbnail.upload(self.store, self.job_id, frame, thumb)
+            if uploaded and first:  # the job keeps the earliest
+                when = f"{time.time():.3f}"
+                self.ledger.job_field_once(self.job_id, "first_thumbnail_at", when)
+        except Exception:
+            log.exception("the thumbnail of frame %d was not recorded", frame)
 
 
 def _measure(fh: io.BufferedReader) -> tuple[int, str]:

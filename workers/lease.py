@@ -118,18 +118,25 @@ class LeaseKeeper:
                 if not self._renew():
                     return
             should_stop, upload_log = self.should_stop, self.upload_log
-            if should_stop and not self.stopped_for:
-                reason = should_stop()
-                if reason:
-                    log.warning("chunk %s/%d: %s; stopping", self.job_id, self.chunk, reason)
-                    self.stopped_for = reason
-                    self.running.stop()
+            # Neither may end this thread: with it would go the renewals, and the chunk would be
+            # handed to another worker while this one goes on rendering it.
+            try:
+                reason = should_stop() if should_stop and not self.stopped_for else ""
+            except Exception:
+                log.exception("chunk %s/%d: the stop check failed", self.job_id, self.chunk)
+                reason = ""
+            if reason:
+                log.warning("chunk %s/%d: %s; stopping", self.job_id, self.chunk, reason)
+                self.stopped_for = reason
+                self.running.stop()
             if upload_log and now >= next_log:
                 next_log = now + LOG_UPLOAD_EVERY_S
                 try:
                     upload_log()
                 except FarmError as exc:
                     log.debug("log upload failed: %s", exc)
+                except Exception:
+                    log.exception("chunk %s/%d: the log upload failed", self.job_id, self.chunk)
 
     def __enter__(self) -> LeaseKeeper:
         if self._wakeups is not None:

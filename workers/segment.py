@@ -56,6 +56,11 @@ def gather_frames(
         mine = _linked(local, target)
         if not (mine and target.stat().st_size == size and sha256_file(target) == digest):
             target.unlink(missing_ok=True)
+            if ctx.store.size(keys.frame_key(job_id, frame)) is None:
+                # Gone from the store (expired by the lifecycle rule, deleted): no retry of the
+                # download brings it back; the render does.
+                ctx.ledger.forget_frame(job_id, frame)
+                raise FramesMissing(f"frame {frame} is not in the store; rendering it again")
             ctx.store.get_file(keys.frame_key(job_id, frame), target)
             if sha256_file(target) != digest:
                 ctx.ledger.forget_frame(job_id, frame)

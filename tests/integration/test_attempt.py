@@ -440,3 +440,47 @@ def test_the_segments_claim_rides_on_the_renders_done_move(
     result = run_chunk_phase(both, "j2", 0, RENDER, {**works, Phase.RENDER: drain_then_succeed})
     assert "handed_back" in result and ctx.ledger.chunk("j2", 0)["state"] == "rendered"
     assert [s for s in sent(ctx) if s[1] == "j2"] == [("segment", "j2", 0)]
+
+
+def test_a_frame_gone_from_the_store_is_rendered_again_not_fetched_again(
+    ctx: WorkerContext, tmp_path: Path
+) -> None:
+    """Found by a review: a recorded frame the lifecycle rule had expired was fetched again and
+    again (a transient error each time) for about 40 minutes, then failed the job."""
+    digest = hashlib.sha256(b"png").hexdigest()
+    ctx.ledger.record_frame("j1", 1, 3, digest, chunk=0, first=True, frames_rendered=1)
+    seq = tmp_path / "seq"
+    seq.mkdir()
+    with pytest.raises(FramesMissing, match="frame 1 is not in the store; rendering it again"):
+        gather_frames(ctx, "j1", [1], seq, {1: (3, digest)})
+    assert 1 not in ctx.ledger.frame_records("j1")  # the render makes it again
+
+
+def test_a_phase_done_is_not_charged_the_outage_it_rode_out(ctx: WorkerContext) -> None:
+    """Found by a review: transient hand-backs counted over the chunk's whole life, so an
+    outage the render rode out left its encode a few hiccups from failing."""
+    for _ in range(3):
+        run(ctx, 0, RENDER, raising(TransientError("S3 timed out")))
+    assert ctx.ledger.chunk("j1", 0)["transients"] == "3"
+    run(ctx, 0, RENDER, succeed)
+    assert ctx.ledger.chunk("j1", 0)["transients"] == "0"
+    run(ctx, 0, SEGMENT, raising(TransientError("S3 timed out")))
+    assert ctx.ledger.chunk("j1", 0)["transients"] == "1"
+
+
+def test_a_thumbnail_that_cannot_be_recorded_fails_no_frame(
+    ctx: WorkerContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(*_: Any) -> None:
+        raise StoreError("Redis went away")
+
+    monkeypatch.setattr(ctx.ledger, "job_field_once", down)
+    uploader = FrameUploader(ctx.store, ctx.ledger, "j1", 0)
+    uploader.start()
+    frame, thumb = tmp_path / "frame_000001.png", tmp_path / "thumb_000001.jpg"
+    frame.write_bytes(b"png")
+    thumb.write_bytes(b"jpg")
+    uploader.add(1, frame, thumb=thumb)
+    uploader.finish()
+    uploader.raise_errors()  # nothing to raise: the frame is stored and recorded
+    assert uploader.done == [1] and 1 in ctx.ledger.frame_records("j1")

@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from farm.proc import Running
 from farm.split import MIN_REST, choose, margin_frames, split_point
@@ -162,6 +163,41 @@ def test_the_lease_keeper_passes_a_split_on_and_keeps_the_lease() -> None:
         while not told and time.monotonic() < deadline:
             time.sleep(0.05)
     assert told[0] == 12 and keeper.split_last == 12 and not keeper.lost
+
+
+def test_the_lease_keeper_outlives_a_failing_log_upload_and_stop_check() -> None:
+    """Found by a review: a log upload before the child made its log raised FileNotFoundError,
+    which ended the keeper's thread, and with it the renewals."""
+
+    class Counting(_Ledger):
+        renewals = 0
+
+        def renew(self, *args: Any) -> str:
+            self.renewals += 1
+            return super().renew(*args)
+
+    def missing_log() -> None:
+        raise FileNotFoundError("render.log")
+
+    def broken_check() -> str:
+        raise RuntimeError("a bug")
+
+    ledger = Counting("ok")
+    keeper = LeaseKeeper(
+        ledger,  # type: ignore[arg-type]
+        job_id="j", chunk=0, token="t", lease_s=6, renew_s=0.05, running=Running(),
+        should_stop=broken_check, upload_log=missing_log,
+    )  # fmt: skip
+    with (
+        mock.patch("workers.lease.LOG_UPLOAD_EVERY_S", 0.0),
+        mock.patch("workers.lease.TICK_S", 0.02),
+        keeper,
+    ):
+        time.sleep(0.3)
+        seen = ledger.renewals
+        time.sleep(0.3)
+        assert keeper._thread.is_alive()
+    assert ledger.renewals > seen > 0 and not keeper.lost
 
 
 def test_segments_join_in_first_frame_order_not_chunk_order() -> None:
