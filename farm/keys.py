@@ -66,6 +66,17 @@ def output_key(job_id: str, ext: str = "mp4") -> str:
 
 
 # ── Redis ─────────────────────────────────────────────────────────────────────────────────────
+def r_live_jobs() -> str:
+    """Jobs not yet ended, by submit time: what the reconciler watches, however many jobs the
+    farm has had (Ledger.live_job_ids drops the ended ones as it meets them)."""
+    return f"{REDIS_PREFIX}:jobs:live"
+
+
+def r_live_jobs_seeded() -> str:
+    """Set once the live set holds every job recorded before it existed."""
+    return f"{REDIS_PREFIX}:jobs:live:seeded"
+
+
 def r_jobs() -> str:
     """Sorted set of job ids scored by submit time."""
     return f"{REDIS_PREFIX}:jobs"

@@ -382,6 +382,8 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
             raise LedgerError(
                 f"job {job_id} is {move.previous}; only failed or cancelled jobs retry"
             )
+        with wrapped("watch the job again"):
+            self.r.zadd(keys.r_live_jobs(), {job_id: time.time()})
         reopen = {ChunkState.FAILED}
         if every_unfinished:
             reopen |= {ChunkState.CANCELLED, ChunkState.INTERRUPTED}

@@ -18,6 +18,7 @@ from redis.retry import Retry
 from farm import keys
 from farm.errors import LedgerError, UnknownJob, UnreachableError
 from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, SPLIT, START_STITCH
+from farm.state import ENDED
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -180,6 +181,38 @@ class LedgerBase:
         with wrapped("list jobs"):
             ids: list[str] = self.r.zrevrange(keys.r_jobs(), 0, limit - 1)
         return ids
+
+    def live_job_ids(self) -> list[str]:
+        """Every job that has not ended, oldest first, however many the farm has had (job_ids
+        lists the newest, for people); the ended ones met here leave the set."""
+        with wrapped("list live jobs"):
+            if not self.r.exists(keys.r_live_jobs_seeded()):
+                self._seed_live_jobs()
+            ids: list[str] = self.r.zrange(keys.r_live_jobs(), 0, -1)
+        ended = {
+            job_id
+            for job_id, (state,) in zip(ids, self.job_fields(ids, "state"), strict=True)
+            if not state or state in ENDED
+        }
+        if ended:
+            with wrapped("drop ended jobs"):
+                self.r.zrem(keys.r_live_jobs(), *ended)
+        return [job_id for job_id in ids if job_id not in ended]
+
+    def _seed_live_jobs(self) -> None:
+        """The jobs of a farm recorded before the live set: those not ended go in, once."""
+        every: list[tuple[str, float]] = self.r.zrange(keys.r_jobs(), 0, -1, withscores=True)
+        for at in range(0, len(every), 1000):
+            batch = every[at : at + 1000]
+            states = self.job_fields([job_id for job_id, _ in batch], "state")
+            live = {
+                job_id: when
+                for (job_id, when), (state,) in zip(batch, states, strict=True)
+                if state and state not in ENDED
+            }
+            if live:
+                self.r.zadd(keys.r_live_jobs(), live)
+        self.r.set(keys.r_live_jobs_seeded(), "1")
 
     def job_fields(self, job_ids: list[str], *names: str) -> list[tuple[str, ...]]:
         """`names` of each job, in one round trip ('' where a job has none)."""

@@ -94,6 +94,7 @@ class JobRecords(Outbox):
                     },
                 )
             pipe.zadd(keys.r_jobs(), {job_id: now})
+            pipe.zadd(keys.r_live_jobs(), {job_id: now})  # after its record: read, it is whole
             pipe.execute()
         self.event(job_id, "submitted", chunks=len(chunk_list), frames=spec.frames.count)
 

@@ -100,7 +100,7 @@ class Reconciler:
 
     def open_gates(self, result: Pass) -> None:
         """A worker that died between finishing the last chunk and sending the stitch is covered here."""
-        for job_id in self.ledger.job_ids(limit=1000):
+        for job_id in self.ledger.live_job_ids():
             job = self.ledger.job(job_id)
             complete = job.get("chunks_done") == job.get("chunks_total")
             if (
@@ -126,7 +126,7 @@ class Reconciler:
                 held = queued_work(self.ledger.broker_messages(str(q) for q in Queue))
             return work in held
 
-        for job_id in self.ledger.job_ids(limit=1000):
+        for job_id in self.ledger.live_job_ids():
             job = self.ledger.job(job_id)
             state = job.get("state")
             if state == JobState.STITCHING:

@@ -6,13 +6,15 @@ import time
 
 import pytest
 
+from farm import keys
 from farm.dispatch import Dispatcher, make_app
 from farm.errors import StoreError
 from farm.ledger import Ledger
 from farm.ledger_jobs import EARLY_UPLOAD
 from farm.reconcile import Pass, Reconciler
 from farm.settings import Settings
-from farm.state import ChunkState
+from farm.state import ChunkState, JobState
+from tests.integration.conftest import make_job
 from tests.integration.test_ledger import _job
 
 
@@ -80,3 +82,38 @@ def test_an_early_upload_the_store_will_not_abort_leaves_the_others_aborted(
     assert result.aborted == ["b"]
     assert "could not abort the early upload of a" in caplog.text  # left to the lifecycle rule
     assert EARLY_UPLOAD not in ledger.job("a") and EARLY_UPLOAD not in ledger.job("b")
+
+
+def test_a_job_older_than_a_thousand_others_is_still_watched(
+    ledger: Ledger, redis_url: str
+) -> None:
+    """Found by a review: the reconciler read only the newest 1,000 jobs, so a long job on a busy
+    farm whose worker died before sending the stitch stayed running for ever."""
+    make_job(ledger, "old", frames="1-2", chunk_size=1)
+    for i in range(2):  # every chunk done, the stitch never sent (the gate left shut)
+        claim = ledger.move_chunk("old", i, ChunkState.RENDERING, mode="claim", lease_s=30)
+        ledger.move_chunk("old", i, ChunkState.RENDERED, token=claim.token)
+        claim = ledger.move_chunk("old", i, ChunkState.ENCODING, mode="claim", lease_s=30)
+        ledger.move_chunk("old", i, ChunkState.DONE, token=claim.token)
+    for n in range(1000):  # then a thousand newer jobs, every one of them over
+        make_job(ledger, f"new{n:04d}", frames="1", chunk_size=1)
+        ledger.move_job(f"new{n:04d}", JobState.CANCELLED)
+    assert "old" not in ledger.job_ids(limit=1000)
+
+    result = Pass()
+    _reconciler(ledger, redis_url).open_gates(result)
+    assert result.stitched == ["old"]
+    assert ledger.job("old")["state"] == JobState.STITCHING
+    # The ended ones left the live set as the pass met them.
+    assert ledger.r.zrange(keys.r_live_jobs(), 0, -1) == ["old"]
+
+
+def test_a_farm_from_before_the_live_set_fills_it_once(ledger: Ledger) -> None:
+    make_job(ledger, "a")
+    make_job(ledger, "b")
+    ledger.move_job("b", JobState.CANCELLED)
+    ledger.r.delete(keys.r_live_jobs(), keys.r_live_jobs_seeded())  # as an older farm left it
+    assert ledger.live_job_ids() == ["a"]
+    assert ledger.r.get(keys.r_live_jobs_seeded()) == "1"
+    ledger.reopen_job("b", every_unfinished=True)  # a retry watches it again
+    assert ledger.live_job_ids() == ["a", "b"]
