@@ -266,6 +266,11 @@ STOPS = ENDED | {JobState.PAUSED}
 """Where a wait stops: the job has ended, or it is paused and only a person can go on."""
 
 
+INTERRUPTED_EXIT = 130
+"""A wait ended by Ctrl-C (128 + SIGINT, as a shell reports it): not the job's end, whose exit
+a script reads (0 done, 1 failed, cancelled or paused)."""
+
+
 def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:
     """Follow the job until it ends or pauses: a live bar on a terminal, a line per change in a
     log. A paused job (its budget, `farm pause`) waits for a person: the wait ends saying why."""
@@ -291,9 +296,16 @@ def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]
             redraw = time.monotonic() + 0.5
             while time.monotonic() < redraw and ledger.job(job_id).get("state") not in STOPS:
                 time.sleep(0.1)
-    finally:
+    except KeyboardInterrupt:
         if tty:
             bar.stop()
+        # Only the wait ends: the job goes on (and is paid for) until someone stops it.
+        click.echo(f"stopped waiting; job {job_id} goes on: `farm status {job_id} --wait` "
+                   f"follows it again, `farm cancel {job_id}` stops it", err=True)  # fmt: skip
+        raise SystemExit(INTERRUPTED_EXIT) from None
+    finally:
+        if tty:
+            bar.stop()  # a second stop is nothing
     if quiet or summary["state"] == JobState.DONE:
         return summary
     if summary["state"] == JobState.PAUSED:
