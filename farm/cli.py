@@ -169,7 +169,10 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
             frames_dir = (dest if folder else dest.parent) / f"{job_id}-frames"
             # The frames in the scene's own format (EXR, PNG); jobs before 0.2 kept only PNGs.
             found = store.keys(keys.job_prefix(job_id) + "masters/")
-            for key in found or store.keys(keys.job_prefix(job_id) + "frames/"):
+            found = found or store.keys(keys.job_prefix(job_id) + "frames/")
+            if not found:  # a transcode, or a job that failed before its first frame
+                raise FarmError(f"job {job_id} has no frames in the store")
+            for key in found:
                 store.get_file(key, frames_dir / Path(key).name)
             click.echo(str(frames_dir))
     except OSError as exc:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from farm.errors import ConfigError, FarmError
+from farm.errors import ConfigError, FarmError, UnreachableError
 from farm.ledger import Ledger
 from farm.settings import command_settings
 
@@ -170,9 +170,14 @@ def worker(
     """Run a worker on this host (inside the worker container on a GPU host)."""
     settings = command_settings(ctx).require_farm()
     if ping:
+        from kombu.exceptions import OperationalError
+
         from farm.dispatch import make_app
 
-        replies = make_app(settings).control.ping(destination=[name], timeout=5)
+        try:  # the container's health check: one line, never a traceback
+            replies = make_app(settings).control.ping(destination=[name], timeout=5)
+        except OperationalError as exc:
+            raise UnreachableError(f"the broker does not answer ({exc})") from exc
         if not replies:
             raise FarmError(f"worker {name} did not answer a ping within 5 s")
         click.echo(f"{name}: pong")
@@ -186,7 +191,9 @@ def worker(
 
 @click.command()
 @click.option("--once", is_flag=True, help="One pass, then exit.")
-@click.option("--interval-s", type=float, default=None, help="Seconds between passes.")
+@click.option(
+    "--interval-s", type=click.FloatRange(min=0.1), default=None, help="Seconds between passes."
+)
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
     """Requeue chunks whose lease expired, open completion gates, and abort the early uploads
@@ -286,7 +293,7 @@ def metrics() -> None:
 
 @metrics.command("publish")
 @click.option("--once", is_flag=True, help="Publish once, then exit.")
-@click.option("--interval-s", type=float, default=60.0, show_default=True)
+@click.option("--interval-s", type=click.FloatRange(min=1.0), default=60.0, show_default=True)
 @click.option("--namespace", default="Farm", show_default=True)
 @click.option("--farm-name", default="farm", show_default=True)
 @click.pass_context

@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from farm.cost import money as cost_money
 from farm.report import elapsed_text, eta_s
 
 _STYLE = """
@@ -58,8 +59,8 @@ Cost = tuple[float, float]
 def money(cost: Cost | None) -> str:
     if cost is None:
         return ""
-    spent, total = cost
-    return f"${spent:.2f}" + (f" of ~${total:.2f}" if total > spent + 0.005 else "")
+    spent, total = cost  # as `farm status` writes them: a local farm spends fractions of a cent
+    return cost_money(spent) + (f" of ~{cost_money(total)}" if total > spent + 0.00005 else "")
 
 
 def _progress(summary: dict[str, Any]) -> str:

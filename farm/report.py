@@ -113,13 +113,13 @@ def elapsed_text(
 ) -> str:
     """'01:05', or '01:05 (paused 00:30)' for a job that was or is paused (`clock`: how a
     time is written; this module's by default)."""
-    clock = clock or _clock
+    clock = clock or terminal_clock
     paused = float(summary.get("paused_s") or 0)
     text = clock(summary["elapsed_s"])
     return f"{text} (paused {clock(paused)})" if paused >= 1 else text
 
 
-def _clock(seconds: float | None) -> str:
+def terminal_clock(seconds: float | None) -> str:
     if seconds is None:
         return "--:--"
     seconds = int(seconds)
@@ -142,7 +142,7 @@ def progress_line(summary: dict[str, Any]) -> str:
     return (
         f"{summary['state']:<9} chunks {summary['chunks_done']}/{summary['chunks_total']}"
         f"  frames {summary['frames_rendered']}/{max(summary['frames_total'], 1)}"
-        f"  elapsed {elapsed_text(summary)}  eta {_clock(eta_s(summary))}"
+        f"  elapsed {elapsed_text(summary)}  eta {terminal_clock(eta_s(summary))}"
     )
 
 
@@ -166,7 +166,7 @@ def advance(progress: Progress, task: TaskID, summary: dict[str, Any]) -> None:
         state=summary["state"],
         chunks=f"{summary['chunks_done']}/{summary['chunks_total']}",
         elapsed=elapsed_text(summary),
-        eta=_clock(eta_s(summary)),
+        eta=terminal_clock(eta_s(summary)),
     )
 
 
@@ -227,7 +227,7 @@ def cost_line(summary: dict[str, Any]) -> str:
     line = (
         f"cost    {money(c['spent'])} spent, {money(c['wasted'])} wasted "
         f"({c['wasted_attempts']}/{c['attempts']} attempts), {money(c['startup'])} start-up\n"
-        f"to go   {money(c['expected_to_finish'])} and {_clock(eta_s(summary))} expected, "
+        f"to go   {money(c['expected_to_finish'])} and {terminal_clock(eta_s(summary))} expected, "
         f"{money(c['expected_total'])} in all"
     )
     if c.get("max_cost"):

@@ -242,9 +242,14 @@ def load_settings(
     path = config_path or default_config_path(env)
     if path.exists():
         try:
-            json.loads(path.read_text())
+            data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path}: cannot read farm config ({exc}); fix or delete it") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f'{path}: a farm config is a JSON object of settings, {{"name": value}}, '
+                f"not {type(data).__name__ if data is not None else 'null'}; fix or delete it"
+            )
     flags: dict[str, Any] = {k: v for k, v in (overrides or {}).items() if v is not None}
     try:
         with _reading(env, path):

@@ -15,7 +15,7 @@ from rich.table import Table
 from farm.cost import money
 from farm.ledger import Ledger
 from farm.pipeline import running_states
-from farm.report import eta_s, job_summary, progress_line, status_table
+from farm.report import eta_s, job_summary, progress_line, status_table, terminal_clock
 
 
 def summarize(ledger: Ledger, job_id: str, with_chunks: bool = True) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def job_view(summary: dict[str, Any], workers: dict[str, dict[str, Any]]) -> Gro
 
 def _eta(summary: dict[str, Any]) -> str:
     left = eta_s(summary) if summary["state"] == "running" else None
-    return "" if left is None else f"{int(left) // 60:02d}:{int(left) % 60:02d}"
+    return "" if left is None else terminal_clock(left)
 
 
 def farm_view(rows: list[dict[str, Any]], workers: dict[str, dict[str, Any]]) -> Group:

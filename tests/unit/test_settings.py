@@ -77,3 +77,13 @@ def test_tls_files_are_checked_when_the_settings_load(tmp_path: Path) -> None:
     cert.write_text("x")
     with pytest.raises(ConfigError, match="go together"):
         load_settings(env={"FARM_TLS_CERT_FILE": str(cert)}, config_path=config)
+
+
+@pytest.mark.parametrize(("text", "kind"), [("[1, 2]", "list"), ("null", "null"), ('"x"', "str")])
+def test_a_config_that_is_json_but_no_object_is_one_clear_error(
+    tmp_path: Path, text: str, kind: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"a farm config is a JSON object .*not {kind}; fix"):
+        load_settings(env={}, config_path=path)

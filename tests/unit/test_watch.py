@@ -45,3 +45,6 @@ def test_the_farm_view_lists_jobs_with_eta_and_cost() -> None:
     line = next(x for x in text.splitlines() if x.startswith("j-1"))
     assert "running" in line and "70" in line and "$0.5000" in line and "s.blend" in line
     assert "01:00" in line  # half the frames in a minute: a minute to go
+    slow = {**row, "active_s": 7200, "elapsed_s": 7200}
+    slow_line = next(x for x in to_text(farm_view([slow], {})).splitlines() if x.startswith("j-1"))
+    assert "2h00m" in slow_line  # as `farm status` writes it, not "120:00"

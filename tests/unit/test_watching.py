@@ -71,6 +71,8 @@ def test_the_jobs_page_shows_cost_only_when_metered() -> None:
     summary = job_summary(job, [], now=200)
     assert "<th>cost</th>" not in jobpage.jobs_page([(summary, None)])
     assert "$1.25 of ~$3.00" in jobpage.jobs_page([(summary, (1.25, 3.0))])
+    # A local farm's fractions of a cent, as `farm status` writes them, not "$0.00".
+    assert "$0.0021 of ~$0.0042" in jobpage.jobs_page([(summary, (0.0021, 0.0042))])
 
 
 def test_log_links_are_labelled_by_phase_and_attempt() -> None:
