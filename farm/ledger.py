@@ -275,9 +275,15 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
             )
         return answer
 
-    def drop_lease(self, job_id: str, index: int) -> None:
+    def drop_lease(self, job_id: str, index: int, *, expired_by: float | None = None) -> None:
+        """`expired_by`: only if the lease still ends by then (the reconciler's, which read it
+        expired: the chunk's next claim may have taken a fresh one since)."""
+        member = keys.lease_member(job_id, index)
         with wrapped("drop a stale lease"):
-            self.r.zrem(keys.r_leases(), keys.lease_member(job_id, index))
+            if expired_by is None:
+                self.r.zrem(keys.r_leases(), member)
+            else:
+                self._drop_expired(keys=[keys.r_leases()], args=[member, expired_by])
 
     def bump(self, job_id: str, index: int, counter: str) -> int:
         """Add one to a chunk's counter (transient hand-backs); returns the new count."""

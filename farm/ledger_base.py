@@ -17,7 +17,15 @@ from redis.retry import Retry
 
 from farm import keys
 from farm.errors import LedgerError, UnknownJob, UnreachableError
-from farm.ledger_lua import CHUNK_MOVE, JOB_MOVE, PLAN_REST, RENEW, SPLIT, START_STITCH
+from farm.ledger_lua import (
+    CHUNK_MOVE,
+    DROP_EXPIRED,
+    JOB_MOVE,
+    PLAN_REST,
+    RENEW,
+    SPLIT,
+    START_STITCH,
+)
 from farm.state import ENDED
 
 log = logging.getLogger(__name__)
@@ -115,6 +123,7 @@ class LedgerBase:
         self._job_move = client.register_script(JOB_MOVE)
         self._plan_rest = client.register_script(PLAN_REST)
         self._split = client.register_script(SPLIT)
+        self._drop_expired = client.register_script(DROP_EXPIRED)
         self._budgeted: set[str] = set()
         """Jobs seen with a budget: their claims price it first, without stopping the script."""
         self.meter: dict[str, str] = {}

@@ -263,6 +263,16 @@ return 'ok'
 """
 ).replace("RUNNING", _lua_set(running_states()), 1)
 
+# KEYS: 1 leases zset; ARGV: 1 the lease's member, 2 now. A lease the reconciler found expired
+# leaves only if it still is: the chunk's next claim may have renewed it since.
+DROP_EXPIRED = r"""
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if expiry and tonumber(expiry) <= tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
 # KEYS: 1 job hash, 2 job events list; ARGV: 1 now. The completion gate on its own (the
 # reconciler's backstop; a worker's last done move opens it in CHUNK_MOVE).
 START_STITCH = (

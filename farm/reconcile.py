@@ -68,13 +68,15 @@ class Reconciler:
         self._next_upload_sweep = 0.0
 
     def expire_leases(self, result: Pass, now: float | None = None) -> None:
+        now = time.time() if now is None else now
         for job_id, index in self.ledger.expired_leases(now):
             chunk = self.ledger.chunk(job_id, index)
             state = chunk.get("state", "")
             phase = running_in(kind_of(self.ledger.job(job_id)), state)
             if phase is None:
-                # Finished or cancelled meanwhile; the lease entry is stale.
-                self.ledger.drop_lease(job_id, index)
+                # Finished or cancelled meanwhile; the lease entry is stale (unless the chunk's
+                # next phase claimed it since, with a lease of its own).
+                self.ledger.drop_lease(job_id, index, expired_by=now)
                 continue
             move = self.ledger.move_chunk(
                 job_id,

@@ -40,6 +40,11 @@ NEXT_CLAIM = "_next_claim"
 """run_attempt's result key for the next phase's claim (`then`): not for a task's result."""
 
 
+LEASE_MARGIN_S = 5.0
+"""How long before its lease could have expired an attempt stops writing (the clock between this
+worker and Redis, a slow upload after the check)."""
+
+
 def take_next_claim(result: dict[str, Any]) -> Claim | None:
     """The next phase's claim run_attempt made with its done move, out of its result."""
     found: Claim | None = result.pop(NEXT_CLAIM, None)
@@ -141,9 +146,15 @@ class ChunkAttempt:
         return self.workspace
 
     def check_lease(self, when: str) -> None:
-        """Never write over a newer attempt's work: stop once the lease is gone."""
+        """Never write over a newer attempt's work: stop once the lease is gone, or may be (not
+        renewed for nearly its length: the ledger unreachable from here, where the reconciler
+        may have handed the chunk to another worker)."""
         if self.keeper.lost:
             raise LeaseLost(f"chunk {self.index}: lease {self.keeper.lost} {when}")
+        unheard = self.keeper.unheard_s()
+        if unheard > self.keeper.lease_s - min(LEASE_MARGIN_S, self.keeper.lease_s / 4):
+            raise LeaseLost(f"chunk {self.index}: lease not renewed for {unheard:.0f} s {when}; "
+                            "another worker may own the chunk now")  # fmt: skip
 
     def upload_log(self, redact: str = "") -> None:
         """One at a time: the lease keeper's periodic upload and the final one must not both

@@ -52,6 +52,9 @@ class LeaseKeeper:
         self.upload_log: Callable[[], None] | None = upload_log
         self.lost: str = ""
         """'' while held; 'lost' or 'cancelled' once the work must stop."""
+        self.renewed = time.monotonic()
+        """When the lease was last known extended (the claim, then each renewal that answered):
+        past `lease_s` after it, the reconciler may have given the chunk to another worker."""
         self.stopped_for: str = ""
         self.split_last: int | None = None
         """Set once the chunk was split (farm.ledger.split_chunk): render no frame after it."""
@@ -64,7 +67,12 @@ class LeaseKeeper:
             target=self._loop, name=f"lease-{job_id}-{chunk}", daemon=True
         )
 
+    def unheard_s(self) -> float:
+        """Seconds since the lease was last known extended."""
+        return time.monotonic() - self.renewed
+
     def _renew(self) -> bool:
+        asked = time.monotonic()
         try:
             answer = self.ledger.renew(self.job_id, self.chunk, self.token, self.lease_s)
         except FarmError as exc:
@@ -72,6 +80,8 @@ class LeaseKeeper:
                 "lease renewal for %s/%d failed, will retry: %s", self.job_id, self.chunk, exc
             )
             return True
+        if answer == "ok" or answer.startswith("split:"):
+            self.renewed = asked
         if answer.startswith("split:"):
             self._split(int(float(answer.removeprefix("split:"))))
             return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -301,13 +302,17 @@ def ready_blender(ctx: WorkerContext) -> Ready:
     folders = {name: root / name for name in READY_FOLDERS}
     script = blender.script_argv(blender=ctx.settings.blender, job_path=None)
     cap = memory_limit(ctx, ctx.caps.cycles_device)
-    box = render_box(
-        ctx.settings,
-        workspace=folders["blender"],
-        out_dir=folders["frames"],
-        scene=folders["tree"] / "scene.blend",
-        tree=True,
-    )
+    try:
+        box = render_box(
+            ctx.settings,
+            workspace=folders["blender"],
+            out_dir=folders["frames"],
+            scene=folders["tree"] / "scene.blend",
+            tree=True,
+        )
+    except BaseException:  # no box, no Blender: nor its folders, tried again after every task
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     if box is None:  # unboxed it sees the job's folders where they are: nothing to move
         return Ready(script, script, cap, root, folders={})
     for folder in folders.values():

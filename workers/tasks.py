@@ -195,12 +195,12 @@ def _run_phase(
         if interrupted:
             move = ctx.ledger.move_chunk(
                 job_id, chunk, phase.on_interrupt, token=token, mode="interrupt", error=str(exc),
-                max_failures=ctx.settings.max_lost_leases,
+                max_failures=ctx.settings.max_lost_leases, only_from=_ours(phase),
             )  # fmt: skip
         else:
             move = ctx.ledger.move_chunk(
                 job_id, chunk, phase.on_failure, token=token, mode="handback",
-                error=f"transient: {exc}",
+                error=f"transient: {exc}", only_from=_ours(phase),
             )  # fmt: skip
         if move.moved and move.target != ChunkState.FAILED:
             resend(0 if interrupted else jittered_backoff_s(transients))
@@ -219,13 +219,20 @@ MAX_STITCH_TRANSIENT = 10
 """Transient errors of a job's stitch before the job fails with the last (about 15 minutes)."""
 
 
+def _ours(phase: PhaseSpec) -> frozenset[ChunkState]:
+    """Where a move that ends an attempt may start: the phase it ran, never a chunk cancelled
+    meanwhile (a cancel keeps the token, and those moves' targets accept a cancelled chunk)."""
+    return frozenset({phase.running})
+
+
 def _release_if_job_failed(ctx: WorkerContext, job_id: str, chunk: int, phase: PhaseSpec) -> None:
     """Stopped because another chunk failed the job: put ours back unspent for `farm retry`."""
     token = attempt.held()
     if token and ctx.ledger.job(job_id).get("state") == JobState.FAILED:
         ctx.ledger.move_chunk(
-            job_id, chunk, phase.on_failure, token=token, error="stopped: the job failed"
-        )
+            job_id, chunk, phase.on_failure, token=token, error="stopped: the job failed",
+            only_from=_ours(phase),
+        )  # fmt: skip
 
 
 def _fail(
@@ -249,6 +256,7 @@ def _fail(
         return {"job_id": job_id, "chunk": chunk, "failed": str(exc)[-500:]}
     move = ctx.ledger.move_chunk(
         job_id, chunk, back_to, token=token, mode="fail", error=str(exc)[-4000:],
+        only_from=_ours(phase),
         # A store refusal (denied, no bucket, disk full) fails the same way on every try.
         max_failures=1 if isinstance(exc, StoreRefused) else ctx.settings.max_attempts,
         failed_at=time.time(),

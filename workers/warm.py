@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -105,6 +106,7 @@ class WarmPool:
             old, self._ready = self._ready, None
         if old is not None:
             old.stop()
+        ready: Ready | None = None
         try:
             ready = self._make_ready()
             blender = WarmBlender(
@@ -112,6 +114,8 @@ class WarmPool:
             )
         except Exception as exc:  # no ready Blender is no failure: a chunk starts its own
             log.warning("could not start a ready Blender: %s", exc)
+            if ready is not None:  # nor its folders, made again after every task
+                shutil.rmtree(ready.root, ignore_errors=True)
             return False
         with self._lock:
             if self.closed or self._ready is not None:

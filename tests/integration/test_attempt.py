@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from farm.errors import (
     StoreError,
     StoreRefused,
     TransientError,
+    UnreachableError,
 )
 from farm.ledger import Ledger
 from farm.pipeline import PHASES, Phase, PhaseSpec
@@ -484,3 +486,59 @@ def test_a_thumbnail_that_cannot_be_recorded_fails_no_frame(
     uploader.finish()
     uploader.raise_errors()  # nothing to raise: the frame is stored and recorded
     assert uploader.done == [1] and 1 in ctx.ledger.frame_records("j1")
+
+
+@pytest.mark.parametrize(
+    "error", [TransientError("S3 timed out"), PermanentError("Blender exited 1")]
+)
+def test_an_attempt_ending_after_a_cancel_leaves_the_chunk_cancelled(
+    ctx: WorkerContext, error: Exception
+) -> None:
+    """Found by a review: a cancel keeps the chunk's token, and the hand-back's and the failure's
+    targets accept a cancelled chunk, so an attempt failing as the job was cancelled put its
+    chunk back in the queue, sent it again and (a failure) spent an attempt on it."""
+
+    def cancelled_then(attempt: ChunkAttempt) -> Outcome:
+        ctx.ledger.cancel_job("j1")
+        raise error
+
+    run(ctx, 0, RENDER, cancelled_then)
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert (chunk["state"], chunk["failures"]) == (ChunkState.CANCELLED, "0")
+    assert sent(ctx) == []
+
+
+def test_an_attempt_cut_off_from_the_ledger_writes_nothing_once_its_lease_may_be_gone(
+    ctx: WorkerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: a worker that could not renew (Redis unreachable from it, a stall)
+    went on to write its segment and manifest over those of the worker the reconciler gave the
+    chunk to meanwhile; the stitch then failed the whole job on the mismatch."""
+    short = dataclasses.replace(ctx, settings=Settings(lease_s=2, max_attempts=2))
+
+    def unreachable(*_: Any) -> str:
+        raise UnreachableError("Redis does not answer")
+
+    def cut_off(attempt: ChunkAttempt) -> Outcome:
+        monkeypatch.setattr(short.ledger, "renew", unreachable)
+        time.sleep(1.8)  # past the lease less its margin (a quarter of 2 s)
+        return Outcome(manifest={"chunk": 0}, fields={"render_s": 1.8})
+
+    result = run(short, 0, RENDER, cut_off)
+    assert "lost" in result and "lease not renewed for 2 s" in str(result["lost"])
+    assert keys.manifest_key("j1", 0) not in ctx.store.objects  # type: ignore[attr-defined]
+    assert ctx.ledger.chunk("j1", 0)["state"] == ChunkState.RENDERING  # the reconciler's now
+
+
+def test_a_ready_blender_that_cannot_be_boxed_leaves_no_folders(
+    ctx: WorkerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: its folders were made, then left, after every task while bwrap was
+    missing."""
+    from workers import box
+    from workers.render import ready_blender
+
+    monkeypatch.setattr(box.shutil, "which", lambda name: None)
+    with pytest.raises(PermanentError, match="bwrap is not installed"):
+        ready_blender(ctx)
+    assert list((ctx.scratch / "ready").iterdir()) == []

@@ -117,3 +117,22 @@ def test_a_farm_from_before_the_live_set_fills_it_once(ledger: Ledger) -> None:
     assert ledger.r.get(keys.r_live_jobs_seeded()) == "1"
     ledger.reopen_job("b", every_unfinished=True)  # a retry watches it again
     assert ledger.live_job_ids() == ["a", "b"]
+
+
+def test_the_reconciler_never_drops_a_lease_taken_since_it_read_it_expired(
+    ledger: Ledger,
+) -> None:
+    """Found by a review: between the reconciler listing a chunk's lease as expired and reading
+    the chunk (rendered, no longer running), the chunk's encode claimed it with a fresh lease,
+    which the reconciler then dropped: a worker dying before its first renewal left the chunk
+    encoding with no lease, and nothing to bring it back."""
+    _job(ledger)
+    render = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=0.01)
+    time.sleep(0.05)
+    read_at = time.time()
+    assert ledger.expired_leases(read_at) == [("j1", 0)]
+    ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=render.token)
+    ledger.move_chunk("j1", 0, ChunkState.ENCODING, mode="claim", lease_s=30)
+    ledger.drop_lease("j1", 0, expired_by=read_at)
+    assert ledger.r.zscore(keys.r_leases(), keys.lease_member("j1", 0)) > read_at + 20
+    assert ledger.expired_leases(read_at + 40) == [("j1", 0)]  # the reconciler still sees it
