@@ -215,11 +215,12 @@ def cancel(ctx: click.Context, job_id: str) -> None:
 @click.pass_context
 def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path | None) -> None:
     """Requeue a failed or cancelled job's chunks; frames already done are reused."""
-    from farm.jobs import reopen
+    from farm.jobs import check_retry, reopen
 
     settings = command_settings(ctx).require_farm()
     fixed = None
     if scene is not None:
+        check_retry(settings, job_id, every_unfinished=every_unfinished, scene=True)
         fixed = (scene, *trace_fixed_scene(scene, ctx.meta["config_path"]))
     waiting = reopen(settings, job_id, every_unfinished=every_unfinished, fixed=fixed)
     click.echo(f"requeued {job_id}: {len(waiting)} chunks waiting")

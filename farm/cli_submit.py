@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from farm.errors import SpecError
 from farm.ledger import Ledger
 from farm.report import advance, job_summary, progress_bar, progress_line
 from farm.settings import Settings, command_settings
@@ -125,7 +126,9 @@ def submit(
 
     loaded = command_settings(ctx)
     default_kind = JobKind.RENDER if path.suffix.lower() == ".blend" else JobKind.TRANSCODE
-    if (JobKind.parse(kind) if kind else default_kind) is JobKind.TRANSCODE:
+    job_kind = JobKind.parse(kind) if kind else default_kind
+    _refuse_flags_of_the_other_kind(ctx, job_kind, path)
+    if job_kind is JobKind.TRANSCODE:
         spec = transcode_spec_from_file(
             path,
             ffprobe=loaded.ffprobe,
@@ -233,6 +236,33 @@ def _render_spec(
     for path_text in traced.manifest.unremapped:
         click.echo(f"warning: absolute path inside a linked library: {path_text}", err=True)
     return spec, traced
+
+
+ONLY_FOR = {
+    "render": ("fps", "samples", "engine", "camera", "allow_missing", "trusted_scripts",
+               "chunk_size"),
+    "transcode": ("quality", "encoder", "preset", "segment_frames"),
+}  # fmt: skip
+"""`farm submit`'s flags that one kind of job reads and the other does not."""
+
+
+def _refuse_flags_of_the_other_kind(ctx: click.Context, kind: object, path: Path) -> None:
+    """SpecError (exit 2) for a flag given that this kind of job would ignore: a render asked
+    for `--quality 18` must not quietly get the default."""
+    other = "transcode" if str(kind) == "render" else "render"
+    given = [
+        "--" + name.replace("_", "-")
+        for name in ONLY_FOR[other]
+        if ctx.get_parameter_source(name)
+        in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    ]
+    if given:
+        one = len(given) == 1
+        raise SpecError(
+            f"{', '.join(given)} {'is' if one else 'are'} for {other} jobs; {path.name} is a "
+            f"{kind} job, which would ignore {'it' if one else 'them'}: leave "
+            f"{'it' if one else 'them'} out"
+        )
 
 
 def trace_fixed_scene(path: Path, config: Path | None) -> tuple[str, Traced]:

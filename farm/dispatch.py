@@ -99,6 +99,7 @@ class Dispatcher:
                 queue=str(TASK_QUEUES[task]),
                 priority=broker_priority(self.priority_of(payload["job_id"])),
                 countdown=countdown_s or None,
+                ignore_result=True,  # no result is kept (task_ignore_result): none to wait on
                 retry=True,
                 retry_policy={"max_retries": 5, "interval_start": 0.5, "interval_step": 1},
             )

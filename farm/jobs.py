@@ -153,6 +153,18 @@ def reopen(
     return waiting
 
 
+def check_retry(settings: Settings, job_id: str, *, every_unfinished: bool, scene: bool) -> None:
+    """Refuse a retry before anything is read or uploaded for it (a fixed scene's trace hashes
+    every file it uses): the job's state, and a scene only for a render job."""
+    ledger = Ledger.from_url(settings.redis_url)
+    job = ledger.job_or_fail(job_id)
+    ledger.check_reopen(job_id, every_unfinished=every_unfinished)
+    if scene and kind_of(job) is not JobKind.RENDER:
+        raise SpecError(
+            f"job {job_id} is a {kind_of(job)} job: --scene replaces a render job's .blend"
+        )
+
+
 def _replace_scene(
     settings: Settings, ledger: Ledger, job: dict[str, str], scene: Path, saved: str,
     traced: assets.Traced,
@@ -172,10 +184,11 @@ def _replace_scene(
             "fix the paths in the scene (File > External Data > Find Missing Files) and retry"
         )
     store = Store.from_settings(settings)
+    # Every byte stored before the job names any of it: a failed upload leaves the job as it was.
+    source_key, _, _ = store.put_content_addressed(scene, lambda sha: keys.scene_key(sha, ".blend"))
     if spec.assets_key:  # the job's tree is laid out from its manifest: the fixed scene's now
         assets.upload(store, traced)
         store.put_json(spec.assets_key, traced.manifest.to_json())
-    source_key, _, _ = store.put_content_addressed(scene, lambda sha: keys.scene_key(sha, ".blend"))
     ledger.replace_source(job_id, source_key)
 
 

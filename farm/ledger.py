@@ -359,13 +359,15 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         """LedgerError when the job may not retry: only a failed or cancelled one does (a paused
         one resumes; a running one would render some chunks with a scene given now and others
         with its own), and a retry must not leave it running with chunks that never end."""
-        state = self.job(job_id).get("state", "")
+        job = self.job(job_id)
+        state = job.get("state", "")
         if state not in (JobState.FAILED, JobState.CANCELLED):
-            hints: dict[str, str] = {
-                JobState.PAUSED: f": `farm resume {job_id}` runs it again",
-                JobState.RUNNING: f"; to render the rest with another scene, `farm cancel "
-                f"{job_id}`, then `farm retry {job_id} --all --scene FIXED.blend`",
-            }  # fmt: skip
+            hints: dict[str, str] = {JobState.PAUSED: f": `farm resume {job_id}` runs it again"}
+            if job.get("kind", "render") == "render":
+                hints[JobState.RUNNING] = (
+                    f"; to render the rest with another scene, `farm cancel {job_id}`, then "
+                    f"`farm retry {job_id} --all --scene FIXED.blend`"
+                )
             then = hints.get(state, "")
             raise LedgerError(f"job {job_id} is {state}; only failed or cancelled jobs retry{then}")
         if every_unfinished:

@@ -19,6 +19,7 @@ from farm import keys
 from farm.errors import LedgerError, UnknownJob, UnreachableError
 from farm.ledger_lua import (
     CHUNK_MOVE,
+    DROP_ENDED,
     DROP_EXPIRED,
     JOB_MOVE,
     PLAN_REST,
@@ -124,6 +125,7 @@ class LedgerBase:
         self._plan_rest = client.register_script(PLAN_REST)
         self._split = client.register_script(SPLIT)
         self._drop_expired = client.register_script(DROP_EXPIRED)
+        self._drop_ended = client.register_script(DROP_ENDED)
         self._budgeted: set[str] = set()
         """Jobs seen with a budget: their claims price it first, without stopping the script."""
         self.meter: dict[str, str] = {}
@@ -205,7 +207,10 @@ class LedgerBase:
         }
         if ended:
             with wrapped("drop ended jobs"):
-                self.r.zrem(keys.r_live_jobs(), *ended)
+                gone = sorted(ended)
+                self._drop_ended(
+                    keys=[keys.r_live_jobs(), *(keys.r_job(j) for j in gone)], args=gone
+                )
         return [job_id for job_id in ids if job_id not in ended]
 
     def _seed_live_jobs(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from farm.pipeline import PHASES, running_states
+from farm.state import ENDED
 
 
 def _lua_set(names: Iterable[str]) -> str:
@@ -262,6 +263,22 @@ if last then return 'split:' .. last end
 return 'ok'
 """
 ).replace("RUNNING", _lua_set(running_states()), 1)
+
+# KEYS: 1 live jobs zset, 2.. job hashes; ARGV: the jobs' ids, in KEYS' order. Each job leaves
+# the live set only if it has still ended (or is gone): a retry may have reopened it since it
+# was read.
+DROP_ENDED = (
+    r"""
+local dropped = 0
+for i = 2, #KEYS do
+  local state = redis.call('HGET', KEYS[i], 'state')
+  if not state or ENDED[state] then
+    dropped = dropped + redis.call('ZREM', KEYS[1], ARGV[i - 1])
+  end
+end
+return dropped
+"""
+).replace("ENDED", _lua_set(ENDED), 1)
 
 # KEYS: 1 leases zset; ARGV: 1 the lease's member, 2 now. A lease the reconciler found expired
 # leaves only if it still is: the chunk's next claim may have renewed it since.

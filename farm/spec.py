@@ -214,7 +214,7 @@ def parse_frames(text: str) -> FrameRange:
     frames = FrameRange(first=first, last=last, step=step)
     if frames.count > MAX_FRAMES:
         raise SpecError(f"frame range {text!r} has {frames.count} frames; at most {MAX_FRAMES}")
-    if last > BLENDER_MAX_FRAME:
+    if frames.first + (frames.count - 1) * step > BLENDER_MAX_FRAME:
         # Blender would clamp every frame past it to it: one image rendered again and again.
         raise SpecError(f"frame range {text!r} goes past frame {BLENDER_MAX_FRAME}, Blender's last")
     return frames

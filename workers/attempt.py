@@ -152,7 +152,7 @@ class ChunkAttempt:
         if self.keeper.lost:
             raise LeaseLost(f"chunk {self.index}: lease {self.keeper.lost} {when}")
         unheard = self.keeper.unheard_s()
-        if unheard > self.keeper.lease_s - min(LEASE_MARGIN_S, self.keeper.lease_s / 4):
+        if unheard > self.keeper.lease_s - min(LEASE_MARGIN_S, self.keeper.lease_s / 6):
             raise LeaseLost(f"chunk {self.index}: lease not renewed for {unheard:.0f} s {when}; "
                             "another worker may own the chunk now")  # fmt: skip
 

@@ -52,6 +52,7 @@ class LeaseKeeper:
         self.upload_log: Callable[[], None] | None = upload_log
         self.lost: str = ""
         """'' while held; 'lost' or 'cancelled' once the work must stop."""
+        self._log_upload: threading.Thread | None = None
         self.renewed = time.monotonic()
         """When the lease was last known extended (the claim, then each renewal that answered):
         past `lease_s` after it, the reconciler may have given the chunk to another worker."""
@@ -139,14 +140,23 @@ class LeaseKeeper:
                 log.warning("chunk %s/%d: %s; stopping", self.job_id, self.chunk, reason)
                 self.stopped_for = reason
                 self.running.stop()
-            if upload_log and now >= next_log:
+            uploading = self._log_upload is not None and self._log_upload.is_alive()
+            if upload_log and now >= next_log and not uploading:
                 next_log = now + LOG_UPLOAD_EVERY_S
-                try:
-                    upload_log()
-                except FarmError as exc:
-                    log.debug("log upload failed: %s", exc)
-                except Exception:
-                    log.exception("chunk %s/%d: the log upload failed", self.job_id, self.chunk)
+                # On a thread of its own: a store slow to answer (five tries of a minute) must
+                # never hold up a renewal.
+                self._log_upload = threading.Thread(
+                    target=self._upload_log, args=(upload_log,), daemon=True, name="log-upload"
+                )
+                self._log_upload.start()
+
+    def _upload_log(self, upload_log: Callable[[], None]) -> None:
+        try:
+            upload_log()
+        except FarmError as exc:
+            log.debug("log upload failed: %s", exc)
+        except Exception:
+            log.exception("chunk %s/%d: the log upload failed", self.job_id, self.chunk)
 
     def __enter__(self) -> LeaseKeeper:
         if self._wakeups is not None:

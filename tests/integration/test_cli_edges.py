@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from farm.cli import cli
@@ -45,3 +46,26 @@ def test_fetching_the_frames_of_a_job_that_has_none_is_an_error(
     assert done.exit_code == 1, done.output
     assert "farm: error: job j1 has no frames in the store" in done.output
     assert not (tmp_path / "out" / "j1-frames").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["scene.blend", "--quality", "18"], "--quality is for transcode jobs; scene.blend is a "
+         "render job, which would ignore it: leave it out"),
+        (["scene.blend", "--preset", "slow", "--segment-frames", "24"],
+         "--preset, --segment-frames are for transcode jobs"),
+        (["master.mov", "--samples", "64", "--camera", "Cam"],
+         "--samples, --camera are for render jobs; master.mov is a transcode job"),
+    ],
+)  # fmt: skip
+def test_a_flag_the_job_would_ignore_is_refused(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    """Found by a review: a render given --quality 18 quietly got the default."""
+    done = CliRunner().invoke(
+        cli, ["submit", *args], env={"FARM_CONFIG": str(tmp_path / "none.json")},
+        prog_name="farm",
+    )  # fmt: skip
+    assert done.exit_code == 2, done.output
+    assert words in done.output

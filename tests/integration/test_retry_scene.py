@@ -99,3 +99,32 @@ def test_a_fixed_scene_brings_its_files_into_the_jobs_tree(
     assert manifest.scene == "fixed.blend"
     assert manifest == traced.manifest
     assert all(store.exists(keys.asset_key(a.sha256)) for a in manifest.assets)
+
+
+def test_a_retry_that_will_be_refused_reads_no_scene(
+    ledger: Ledger, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal comes before the fixed scene's trace, which hashes every file it uses."""
+    from click.testing import CliRunner
+
+    from farm import cli
+
+    _job(ledger, "j3")
+    ledger.move_job("j3", JobState.RUNNING)
+    traced: list[Path] = []
+    monkeypatch.setattr(cli, "trace_fixed_scene", lambda path, config: traced.append(path))
+    env = {"FARM_REDIS_URL": redis_url, "FARM_S3_ENDPOINT": "http://127.0.0.1:1",
+           "FARM_CONFIG": str(tmp_path / "none.json")}  # fmt: skip
+    done = CliRunner().invoke(cli.cli, ["retry", "j3", "--scene", str(TEXTURED)], env=env)
+    assert done.exit_code == 1 and "only failed or cancelled jobs retry" in done.output
+    assert traced == []
+
+
+def test_a_job_reopened_after_it_was_read_ended_stays_watched(ledger: Ledger) -> None:
+    """The reconciler drops a job it read ended only if it still is: a retry in between keeps
+    it (the live set's only way to watch it again)."""
+    _job(ledger, "j4")
+    ledger.cancel_job("j4")
+    ledger.reopen_job("j4", every_unfinished=True)  # after the read, before the drop
+    dropped = ledger._drop_ended(keys=[keys.r_live_jobs(), keys.r_job("j4")], args=["j4"])
+    assert dropped == 0 and ledger.live_job_ids() == ["j4"]

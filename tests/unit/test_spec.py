@@ -126,3 +126,4 @@ def test_a_frame_past_blenders_last_is_refused(text: str) -> None:
     with pytest.raises(SpecError, match="goes past frame 1048574, Blender's last"):
         parse_frames(text)
     assert parse_frames("1048570-1048574").count == 5
+    assert parse_frames("1048560-1048578:10").frames == (1048560, 1048570)  # in range, both
