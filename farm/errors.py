@@ -43,6 +43,11 @@ class StoreError(TransientError):
     """The object store refused or failed a request."""
 
 
+class ObjectMissing(StoreError):
+    """The object asked for is not in the store (404). A StoreError, as ever, for callers to
+    whom a missing object may yet appear; those that know it never will tell it apart."""
+
+
 class LedgerError(TransientError):
     """The Redis ledger refused or failed a request."""
 

@@ -138,7 +138,8 @@ def reopen(
     Blender it was saved with and its trace (farm.cli_submit.trace_fixed_scene)."""
     ledger = Ledger.from_url(settings.redis_url)
     job = ledger.job_or_fail(job_id)
-    ledger.check_reopen(job_id, every_unfinished=every_unfinished)  # before the scene changes
+    # Again, before the scene changes: the job may have moved since the CLI's check_retry.
+    _check_retry(ledger, job, every_unfinished=every_unfinished, scene=fixed is not None)
     if fixed is not None:
         _replace_scene(settings, ledger, job, *fixed)
     waiting = ledger.reopen_job(job_id, every_unfinished=every_unfinished)
@@ -157,11 +158,16 @@ def check_retry(settings: Settings, job_id: str, *, every_unfinished: bool, scen
     """Refuse a retry before anything is read or uploaded for it (a fixed scene's trace hashes
     every file it uses): the job's state, and a scene only for a render job."""
     ledger = Ledger.from_url(settings.redis_url)
-    job = ledger.job_or_fail(job_id)
-    ledger.check_reopen(job_id, every_unfinished=every_unfinished)
+    _check_retry(ledger, ledger.job_or_fail(job_id), every_unfinished=every_unfinished, scene=scene)
+
+
+def _check_retry(
+    ledger: Ledger, job: dict[str, str], *, every_unfinished: bool, scene: bool
+) -> None:
+    ledger.check_reopen(job["id"], every_unfinished=every_unfinished)
     if scene and kind_of(job) is not JobKind.RENDER:
         raise SpecError(
-            f"job {job_id} is a {kind_of(job)} job: --scene replaces a render job's .blend"
+            f"job {job['id']} is a {kind_of(job)} job: --scene replaces a render job's .blend"
         )
 
 
@@ -169,11 +175,9 @@ def _replace_scene(
     settings: Settings, ledger: Ledger, job: dict[str, str], scene: Path, saved: str,
     traced: assets.Traced,
 ) -> None:  # fmt: skip
-    """The job's scene from now on, with the files it uses: refused for a job that renders no
-    .blend, a Blender no worker has, or a file missing that the job did not allow missing."""
-    job_id, kind = job["id"], kind_of(job)
-    if kind is not JobKind.RENDER:
-        raise SpecError(f"job {job_id} is a {kind} job: --scene replaces a render job's .blend")
+    """The render job's scene from now on, with the files it uses (_check_retry first): refused
+    for a Blender no worker has, or a file missing that the job did not allow missing."""
+    job_id = job["id"]
     spec = JobSpec.from_json(json.loads(job["spec"]))
     _check_blender(ledger, saved)
     new = sorted(set(traced.manifest.missing) - set(spec.missing_assets))

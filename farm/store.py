@@ -28,7 +28,7 @@ from botocore.exceptions import (
     SSLError,
 )
 
-from farm.errors import ObjectChanged, StoreError, StoreRefused, UnreachableError
+from farm.errors import ObjectChanged, ObjectMissing, StoreError, StoreRefused, UnreachableError
 from farm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -88,12 +88,19 @@ def refusal(code: str, status: int, message: str) -> str:
     return ""
 
 
+NOT_FOUND = ("404", "NoSuchKey", "NotFound")
+"""S3's codes for an object that is not there (HEAD answers a bare 404)."""
+
+
 def _refused(exc: ClientError, what: str) -> StoreError | StoreRefused | ObjectChanged:
+    """The farm's error for what S3 answered (ObjectMissing is a StoreError)."""
     error = exc.response.get("Error", {})
     code = str(error.get("Code", "?"))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
     if code == "PreconditionFailed" or status == 412:
         return ObjectChanged(f"cannot {what}: it is no longer the object that was recorded")
+    if code in NOT_FOUND:
+        return ObjectMissing(f"cannot {what}: no such object")
     reason = refusal(code, status, str(error.get("Message", "")))
     if reason:
         return StoreRefused(f"the object store refused to {what}: {code} ({reason})")
@@ -255,7 +262,7 @@ class Store:
             try:
                 head = self.s3.head_object(Bucket=self.bucket, Key=key)
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                if exc.response.get("Error", {}).get("Code") in NOT_FOUND:
                     return None
                 raise
         return int(head["ContentLength"])

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from farm import keys
-from farm.errors import FramesMissing, PermanentError
+from farm.errors import FramesMissing, ObjectMissing, PermanentError
 from farm.probe import probe_streams
 from farm.spec import fps_fraction
 from farm.store import sha256_file
@@ -56,12 +56,15 @@ def gather_frames(
         mine = _linked(local, target)
         if not (mine and target.stat().st_size == size and sha256_file(target) == digest):
             target.unlink(missing_ok=True)
-            if ctx.store.size(keys.frame_key(job_id, frame)) is None:
+            try:
+                ctx.store.get_file(keys.frame_key(job_id, frame), target)
+            except ObjectMissing as exc:
                 # Gone from the store (expired by the lifecycle rule, deleted): no retry of the
                 # download brings it back; the render does.
                 ctx.ledger.forget_frame(job_id, frame)
-                raise FramesMissing(f"frame {frame} is not in the store; rendering it again")
-            ctx.store.get_file(keys.frame_key(job_id, frame), target)
+                raise FramesMissing(
+                    f"frame {frame} is not in the store; rendering it again"
+                ) from exc
             if sha256_file(target) != digest:
                 ctx.ledger.forget_frame(job_id, frame)
                 raise FramesMissing(

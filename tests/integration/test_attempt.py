@@ -21,6 +21,7 @@ from farm.errors import (
     ChunkInterrupted,
     FramesMissing,
     LeaseLost,
+    ObjectMissing,
     PermanentError,
     StoreError,
     StoreRefused,
@@ -67,6 +68,11 @@ class FakeStore:
 
     def size(self, key: str) -> int | None:
         return len(self.objects[key]) if key in self.objects else None
+
+    def get_file(self, key: str, path: Path) -> None:
+        if key not in self.objects:
+            raise ObjectMissing(f"cannot download {key}: no such object")
+        path.write_bytes(self.objects[key])
 
 
 class FakeDispatch:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from farm import keys
+from farm.errors import ObjectMissing, StoreError
 from farm.ledger import Ledger
 from farm.store import INTERMEDIATE_TAG, Store
 from workers import frames
@@ -133,3 +134,11 @@ def test_a_frame_sent_in_parts_is_sent_again_not_copied(
     counted = Counted(store)
     _upload(counted, ledger, "parts", 9, preview, master)
     _sent_itself(store, counted, "parts", 9, master, b"x" * 5000)
+
+
+def test_a_download_of_an_object_not_there_says_so(store: Store, tmp_path: Path) -> None:
+    """A StoreError still (retried where it may yet appear), told apart where it never will."""
+    with pytest.raises(ObjectMissing, match="no such object"):
+        store.get_file("jobs/none/frames/000001.png", tmp_path / "f.png")
+    assert issubclass(ObjectMissing, StoreError)
+    assert not (tmp_path / "f.png").exists()
