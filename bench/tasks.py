@@ -17,7 +17,6 @@ from typing import Any
 
 from celery import Celery
 
-from farm import keys
 from farm.dispatch import Dispatcher
 from farm.errors import FramesMissing
 from farm.pipeline import PHASES, Phase
@@ -72,7 +71,8 @@ def trivial_segment(attempt: ChunkAttempt) -> Outcome:
         raise FramesMissing(f"frames {missing} have no record in the ledger")
     segment = attempt.fresh_workspace() / f"{index:05d}.mp4"
     segment.write_bytes(TINY_PNG)
-    ctx.store.put_file(keys.segment_key(job_id, index), segment, intermediate=True)
+    key = attempt.segment_key("mp4")
+    ctx.store.put_file(key, segment, intermediate=True)
     return Outcome(
         fields={"encoder": "none", "segment_bytes": len(TINY_PNG)},
         manifest={
@@ -81,7 +81,7 @@ def trivial_segment(attempt: ChunkAttempt) -> Outcome:
             "attempt": attempt.number,
             "frames": [{"frame": f, "size": attempt.records[f][0]} for f in attempt.frames],
             "frame_count": len(attempt.frames),
-            "segment": {"key": keys.segment_key(job_id, index), "size": len(TINY_PNG)},
+            "segment": {"key": key, "size": len(TINY_PNG)},
         },
     )
 

@@ -48,8 +48,10 @@ def master_key(job_id: str, name: str) -> str:
     return f"jobs/{job_id}/masters/{name}"
 
 
-def segment_key(job_id: str, chunk: int, ext: str = "mp4") -> str:
-    return f"jobs/{job_id}/segments/{chunk:05d}.{ext}"
+def segment_key(job_id: str, chunk: int, claim: int, ext: str = "mp4") -> str:
+    """One name per claim of the chunk, recorded in its manifest: an attempt that lost its lease
+    and uploads late writes beside the newer attempt's segment, never over it."""
+    return f"jobs/{job_id}/segments/{chunk:05d}-claim{claim}.{ext}"
 
 
 def manifest_key(job_id: str, chunk: int) -> str:

@@ -70,6 +70,12 @@ def attempt_number(token: str) -> int:
     return int(token.split(":", 1)[0])
 
 
+def claim_number(token: str) -> int:
+    """The claim a token was issued by: unique within the chunk, never reset (a retry of the
+    job starts the attempt count again)."""
+    return int(token.split(":", 1)[1].split("-", 1)[0])
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Outcome:
     """What a phase's work produced: ledger fields for the done move, the manifest to write last
@@ -118,9 +124,14 @@ class ChunkAttempt:
         self.workspace = ctx.job_dir(self.job_id) / f"{phase.phase}-{index:05d}"
         self.log_path = self.workspace / f"{phase.log_name}.log"
         self.log_key = keys.log_key(self.job_id, index, self.number, phase.log_name)
+        self.claim = claim_number(token)
         self._uploads: list[Future[None]] = []
         self._pool: ThreadPoolExecutor | None = None
         self._log_lock = threading.Lock()
+
+    def segment_key(self, ext: str) -> str:
+        """Where this claim's segment goes (keys.segment_key); its manifest names it."""
+        return keys.segment_key(self.job_id, self.index, self.claim, ext)
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -357,7 +368,7 @@ def segment_manifest(
         "frame_count": frame_count,
         **extra,
         "segment": {
-            "key": keys.segment_key(attempt.job_id, attempt.index, segment.suffix.lstrip(".")),
+            "key": attempt.segment_key(segment.suffix.lstrip(".")),
             "size": segment.stat().st_size,
             "sha256": sha256_file(segment),
             **({"etag": etag} if etag else {}),

@@ -107,7 +107,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
     attempt.check_lease("before the upload")
     upload_started = time.monotonic()
-    key = keys.segment_key(job_id, index, spec.codec.container)
+    key = attempt.segment_key(spec.codec.container)
     etag = ctx.store.put_file(key, segment, intermediate=True)
     # The stitch's part of this segment, copied by the store now rather than after the last one.
     early = s3join.copy_early(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 
-from farm import keys
 from farm.errors import PermanentError
 from farm.master import MasterInfo
 from farm.probe import input_name, input_options, option_args, probe_streams
@@ -70,7 +69,7 @@ def segment_cut(master: MasterInfo, frames: list[int], segment_frames: int) -> S
 
 def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     """Exactly this chunk's frames of the master, transcoded into one verified segment."""
-    ctx, job_id, index = attempt.ctx, attempt.job_id, attempt.index
+    ctx, index = attempt.ctx, attempt.index
     started = time.monotonic()
     spec, frames = attempt.spec, attempt.frames
     assert spec.master is not None, "transcode jobs carry their master's probe"
@@ -102,9 +101,7 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     if info.frames != cut.count:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {cut.count}")
     attempt.check_lease("before the upload")
-    etag = ctx.store.put_file(
-        keys.segment_key(job_id, index, spec.codec.container), segment, intermediate=True
-    )
+    etag = ctx.store.put_file(attempt.segment_key(spec.codec.container), segment, intermediate=True)
     manifest = segment_manifest(
         attempt,
         frames={"first": cut.first, "end": cut.end, "seek_s": cut.seek_s},

@@ -549,3 +549,36 @@ def test_a_ready_blender_that_cannot_be_boxed_leaves_no_folders(
     with pytest.raises(PermanentError, match="bwrap is not installed"):
         ready_blender(ctx)
     assert list((ctx.scratch / "ready").iterdir()) == []
+
+
+def test_a_lost_attempts_late_segment_lands_beside_the_newer_one_never_over_it(
+    ctx: WorkerContext,
+) -> None:
+    """Found by a review: every attempt wrote the chunk's one segment key, so an attempt that
+    passed its last lease check and uploaded late overwrote the segment of the attempt the
+    chunk was handed to, and the stitch failed the job on the mismatch with its manifest."""
+    run(ctx, 0, RENDER, succeed)
+
+    def encode(attempt: ChunkAttempt, body: bytes) -> Outcome:
+        segment = attempt.fresh_workspace() / "00000.mp4"
+        segment.write_bytes(body)
+        key = attempt.segment_key("mp4")
+        ctx.store.put_file(key, segment, intermediate=True)
+        return Outcome(fields={}, manifest={"segment": {"key": key, "sha": body.decode()}})
+
+    def stalled(attempt: ChunkAttempt) -> Outcome:
+        # The reconciler hands the chunk on, and the next attempt makes and records its segment
+        # while this one is stalled just past its lease check.
+        ctx.ledger.move_chunk("j1", 0, SEGMENT.on_lost, only_from=frozenset({SEGMENT.running}))
+        run(ctx, 0, SEGMENT, lambda newer: encode(newer, b"newer"))
+        return encode(attempt, b"late")
+
+    assert "lost" in run(ctx, 0, SEGMENT, stalled)
+    objects: dict[str, bytes] = ctx.store.objects  # type: ignore[attr-defined]
+    segments = {k: v for k, v in objects.items() if "/segments/" in k}
+    assert sorted(segments.values()) == [b"late", b"newer"]  # side by side
+    # Whichever manifest is last names a segment holding the bytes it describes.
+    manifest = re.search(
+        rb"'key': '([^']+)', 'sha': '([^']+)'", objects[keys.manifest_key("j1", 0)]
+    )
+    assert manifest is not None and segments[manifest[1].decode()] == manifest[2]

@@ -65,7 +65,7 @@ def stored(
     firsts = firsts or [index * 1000 for index in range(len(parts))]
     for index, part in enumerate(parts):
         frames = ffprobe(part)["streams"][0]["nb_frames"]
-        key = keys.segment_key(job_id, index)
+        key = keys.segment_key(job_id, index, 1)
         etag = store.put_file(key, part)
         store.put_json(keys.manifest_key(job_id, index), {
             "frame_count": int(frames), "frames": {"first": firsts[index]},

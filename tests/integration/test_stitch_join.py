@@ -204,7 +204,7 @@ def stored_segments(
     """(chunk, first frame, frames, colour) -> a segment and its manifest in `store`."""
     for index, first, count, colour in cuts:
         part = segment(tmp_path / f"seg{index}.mp4", count, colour, preset="medium")
-        key = keys.segment_key("j1", index)
+        key = keys.segment_key("j1", index, 1)
         store.put_segment(key, part)
         store.objects[keys.manifest_key("j1", index)] = {
             "frame_count": count,

@@ -4,7 +4,7 @@ from farm import keys
 def test_layout_is_deterministic_and_under_the_job_prefix() -> None:
     job = "j-1"
     assert keys.frame_key(job, 12) == "jobs/j-1/frames/000012.png"
-    assert keys.segment_key(job, 3) == "jobs/j-1/segments/00003.mp4"
+    assert keys.segment_key(job, 3, 2) == "jobs/j-1/segments/00003-claim2.mp4"
     assert keys.manifest_key(job, 3) == "jobs/j-1/manifests/00003.json"
     assert keys.output_key(job) == "jobs/j-1/output.mp4"
     assert keys.log_key(job, 3, 2, "render") == "jobs/j-1/logs/00003-render-attempt2.log"
