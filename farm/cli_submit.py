@@ -21,6 +21,7 @@ from farm.state import ENDED, JobState
 
 if TYPE_CHECKING:
     from farm.assets import Traced
+    from farm.blendfile import SceneInfo
 
 
 @click.command()
@@ -265,9 +266,10 @@ def _refuse_flags_of_the_other_kind(ctx: click.Context, kind: object, path: Path
         )
 
 
-def trace_fixed_scene(path: Path, config: Path | None) -> tuple[str, Traced]:
-    """`farm retry --scene`: the fixed scene read (its Blender version) and traced (every file
-    it uses, uploaded beside it as at submit); SpecError for a damaged file or private files."""
+def trace_fixed_scene(path: Path, config: Path | None) -> tuple[SceneInfo, Traced]:
+    """`farm retry --scene`: the fixed scene read (its settings and Blender version) and traced
+    (every file it uses, uploaded beside it as at submit); SpecError for a damaged file or
+    private files."""
     from blender_asset_tracer.blendfile import close_all_cached
 
     from farm.assets import trace_scene
@@ -275,11 +277,11 @@ def trace_fixed_scene(path: Path, config: Path | None) -> tuple[str, Traced]:
 
     check_scene_path(path)
     try:
-        saved = read_scene(path, cached=True).blender_version
+        info = read_scene(path, cached=True)
         traced = trace_scene(path, config)
     finally:
         close_all_cached()
-    return saved, traced
+    return info, traced
 
 
 def settings_text(settings: dict[str, dict[str, Any]]) -> str:

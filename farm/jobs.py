@@ -8,6 +8,7 @@ import secrets
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from farm import assets, cost, keys, limits, speeds, versions
 from farm.chunking import Measurement, Pool, initial_plan
@@ -19,6 +20,9 @@ from farm.settings import Settings
 from farm.spec import JobKind, JobSpec
 from farm.state import ENDED
 from farm.store import Store
+
+if TYPE_CHECKING:
+    from farm.blendfile import SceneInfo
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +135,11 @@ def reopen(
     job_id: str,
     *,
     every_unfinished: bool,
-    fixed: tuple[Path, str, assets.Traced] | None = None,
+    fixed: tuple[Path, SceneInfo, assets.Traced] | None = None,
 ) -> list[int]:
     """`farm retry`: back to running, with a fixed scene if given, and every waiting chunk sent
-    again (a duplicate message is harmless: only one claim can win). `fixed`: the scene, the
-    Blender it was saved with and its trace (farm.cli_submit.trace_fixed_scene)."""
+    again (a duplicate message is harmless: only one claim can win). `fixed`: the scene, its
+    settings as read and its trace (farm.cli_submit.trace_fixed_scene)."""
     ledger = Ledger.from_url(settings.redis_url)
     job = ledger.job_or_fail(job_id)
     # Again, before the scene changes: the job may have moved since the CLI's check_retry.
@@ -172,14 +176,16 @@ def _check_retry(
 
 
 def _replace_scene(
-    settings: Settings, ledger: Ledger, job: dict[str, str], scene: Path, saved: str,
+    settings: Settings, ledger: Ledger, job: dict[str, str], scene: Path, info: SceneInfo,
     traced: assets.Traced,
 ) -> None:  # fmt: skip
     """The render job's scene from now on, with the files it uses (_check_retry first): refused
-    for a Blender no worker has, or a file missing that the job did not allow missing."""
+    for a Blender no worker has, a size or frame rate the job's frames were not made at, or a
+    file missing that the job did not allow missing."""
     job_id = job["id"]
     spec = JobSpec.from_json(json.loads(job["spec"]))
-    _check_blender(ledger, saved)
+    _check_blender(ledger, info.blender_version)
+    _check_same_video(job_id, spec, info)
     new = sorted(set(traced.manifest.missing) - set(spec.missing_assets))
     if new:
         names = "\n  ".join(new)
@@ -194,6 +200,27 @@ def _replace_scene(
         assets.upload(store, traced)
         store.put_json(spec.assets_key, traced.manifest.to_json())
     ledger.replace_source(job_id, source_key)
+
+
+def _check_same_video(job_id: str, spec: JobSpec, info: SceneInfo) -> None:
+    """The job's video is one size and one rate: a fixed scene whose own size or rate differs
+    (where the job took the scene's, not a flag's) would render frames its segments cannot join
+    with, or play at a rate it was not made for. Such a scene is a new job."""
+    if spec.scene is None:
+        return  # a job from before scenes were read: the spec's size and rate are applied
+    size = "x".join(map(str, info.render_size)), "x".join(map(str, spec.scene.render_size))
+    rate = f"{float(info.rate):g} fps", f"{float(spec.scene.rate):g} fps"
+    differs = (("renders at", "resolution", *size), ("plays at", "fps", *rate))
+    changed = [
+        f"{what} {now} (the job's: {was})"
+        for what, name, now, was in differs
+        if name not in spec.overrides and now != was
+    ]
+    if changed:
+        raise SpecError(
+            f"the fixed scene {' and '.join(changed)}; job {job_id}'s video is joined from frames "
+            "made as the job's: set the scene back, or submit it as a new job"
+        )
 
 
 def _control_fields(

@@ -11,8 +11,9 @@ import pytest
 
 from farm import keys
 from farm.assets import Manifest
+from farm.blendfile import read_scene
 from farm.cli_submit import trace_fixed_scene
-from farm.errors import LedgerError
+from farm.errors import LedgerError, SpecError
 from farm.jobs import reopen
 from farm.ledger import Ledger
 from farm.plan import plan_chunks
@@ -83,11 +84,11 @@ def test_a_fixed_scene_brings_its_files_into_the_jobs_tree(
     for folder in ("tex", "lib"):
         shutil.copytree(TEXTURED.parent / folder, tmp_path / folder)
     shutil.copy(TEXTURED, fixed)
-    saved, traced = trace_fixed_scene(fixed, None)
+    info, traced = trace_fixed_scene(fixed, None)
     assert traced.manifest.assets  # the texture beside it
 
     waiting = reopen(_settings(redis_url, store), "j2", every_unfinished=True,
-                     fixed=(fixed, saved, traced))  # fmt: skip
+                     fixed=(fixed, info, traced))  # fmt: skip
 
     assert waiting == [0, 1]
     job = ledger.job("j2")
@@ -99,6 +100,36 @@ def test_a_fixed_scene_brings_its_files_into_the_jobs_tree(
     assert manifest.scene == "fixed.blend"
     assert manifest == traced.manifest
     assert all(store.exists(keys.asset_key(a.sha256)) for a in manifest.assets)
+
+
+def test_a_fixed_scene_of_another_size_or_rate_is_a_new_job(
+    ledger: Ledger, redis_url: str, store: Store
+) -> None:
+    """Found by a review: the job's done segments were made at the scene's size and rate, and a
+    fixed scene of another size rendered frames they could not join with (the stitch failed
+    the job after every chunk had rendered again)."""
+    spec = build_render_spec(
+        source_name="demo.blend", frames="1-8", chunk_size=4, resolution=None, fps=None,
+        samples=None, codec="h264", scene=read_scene(DEMO),
+    )  # fmt: skip
+    ledger.create_job(
+        job_id="j5", spec=spec, chunks=plan_chunks(spec.frames, 4), source_key="scenes/old"
+    )
+    ledger.cancel_job("j5")
+    before = set(store.keys("scenes/"))
+    with pytest.raises(SpecError) as refused:
+        reopen(
+            _settings(redis_url, store), "j5", every_unfinished=True,
+            fixed=(TEXTURED, *trace_fixed_scene(TEXTURED, None)),
+        )  # fmt: skip
+    assert str(refused.value) == (
+        "the fixed scene renders at 320x240 (the job's: 1280x720) and plays at 25 fps (the "
+        "job's: 24 fps); job j5's video is joined from frames made as the job's: set the scene "
+        "back, or submit it as a new job"
+    )
+    job = ledger.job("j5")
+    assert (job["state"], job["source_key"]) == (JobState.CANCELLED, "scenes/old")
+    assert set(store.keys("scenes/")) == before
 
 
 def test_a_retry_that_will_be_refused_reads_no_scene(
