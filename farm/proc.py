@@ -56,6 +56,9 @@ class Running:
     popen: subprocess.Popen[bytes] | None = None
     stop_requested: threading.Event = field(default_factory=threading.Event)
     policy: CancelPolicy = field(default_factory=CancelPolicy)
+    handler_failed: str = ""
+    """Why the handler of the program's output failed, which stopped it (pump): a failure of
+    the work, never the interruption a stop asked for by a person or a drain would be."""
 
     def stop(self) -> None:
         self.stop_requested.set()
@@ -195,8 +198,9 @@ def pump(
             if on_line is not None:
                 try:
                     on_line(line)
-                except Exception:
+                except Exception as exc:
                     log.exception("output handler failed on %r; stopping the program", line)
+                    handle.handler_failed = handle.handler_failed or f"{exc!r} on {line[:200]!r}"
                     handle.stop()
         return False
     finally:

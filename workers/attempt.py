@@ -231,6 +231,10 @@ class ChunkAttempt:
             self.keeper.upload_log = None
         self.upload_log_soon(redact)
         self.check_lease(f"while {what} ran")
+        if self.keeper.running.handler_failed:  # ours, so counted: it may fail every time
+            why = self.keeper.running.handler_failed
+            why = why.replace(redact, "<master URL>") if redact else why
+            raise PermanentError(f"{what} was stopped: reading its output failed ({why})")
         if self.keeper.stopped_for:
             raise ChunkInterrupted(f"chunk {self.index}: {self.keeper.stopped_for}")
         code = result.returncode if box is None else unwrapped_returncode(result.returncode)

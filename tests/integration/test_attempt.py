@@ -582,3 +582,26 @@ def test_a_lost_attempts_late_segment_lands_beside_the_newer_one_never_over_it(
         rb"'key': '([^']+)', 'sha': '([^']+)'", objects[keys.manifest_key("j1", 0)]
     )
     assert manifest is not None and segments[manifest[1].decode()] == manifest[2]
+
+
+def test_output_a_handler_cannot_read_fails_the_chunk_and_is_counted(ctx: WorkerContext) -> None:
+    """Found by a review: a handler that failed on the program's output stopped it, and the stop
+    was taken for a drain's, so the chunk was handed back uncounted, to fail the same way on
+    the next worker, for ever."""
+
+    def unreadable(line: str) -> None:
+        raise ValueError("no frame number")
+
+    def render(attempt: ChunkAttempt) -> Outcome:
+        attempt.run_child(["sh", "-c", "echo Fra:x; sleep 30"], what="Blender", on_line=unreadable)
+        return succeed(attempt)
+
+    started = time.monotonic()
+    result = run(ctx, 0, RENDER, render)
+    assert time.monotonic() - started < 20  # stopped, not waited out
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert (chunk["state"], chunk["failures"], chunk.get("interruptions", "0")) == (
+        "queued", "1", "0",
+    )  # fmt: skip
+    assert "reading its output failed (ValueError('no frame number') on 'Fra:x')" in chunk["error"]
+    assert "failed" in result
