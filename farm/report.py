@@ -15,6 +15,7 @@ from rich.table import Table
 
 from farm.cost import money
 from farm.pipeline import running_states
+from farm.state import ENDED
 
 
 def _f(value: str | None) -> float | None:
@@ -103,8 +104,8 @@ def eta_s(summary: dict[str, Any]) -> float | None:
     paused overnight and resumed has not become slower) over the frames it rendered."""
     done, total = int(summary["frames_rendered"]), int(summary["frames_total"])
     running = float(summary.get("active_s", summary["elapsed_s"]) or 0)
-    if not done or not running or done >= total or summary["state"] == "paused":
-        return None  # a paused job has no end until someone resumes it
+    if not done or not running or done >= total or summary["state"] not in ("queued", "running"):
+        return None  # a paused job has no end until someone resumes it; an ended one has ended
     return running * (total - done) / done
 
 
@@ -133,7 +134,10 @@ def terminal_clock(seconds: float | None) -> str:
 def to_text(renderable: RenderableType, width: int = 120) -> str:
     """What rich draws, as plain text (no colour codes): for pipes, logs and tests."""
     out = io.StringIO()
-    Console(file=out, width=width, color_system=None, soft_wrap=False).print(renderable)
+    # markup=False: scene names and error text are the .blend's, and "[/b]" in one is no tag.
+    Console(file=out, width=width, color_system=None, soft_wrap=False, markup=False).print(
+        renderable
+    )
     return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())
 
 
@@ -226,10 +230,13 @@ def cost_line(summary: dict[str, Any]) -> str:
     c = summary["cost"]
     line = (
         f"cost    {money(c['spent'])} spent, {money(c['wasted'])} wasted "
-        f"({c['wasted_attempts']}/{c['attempts']} attempts), {money(c['startup'])} start-up\n"
-        f"to go   {money(c['expected_to_finish'])} and {terminal_clock(eta_s(summary))} expected, "
-        f"{money(c['expected_total'])} in all"
+        f"({c['wasted_attempts']}/{c['attempts']} attempts), {money(c['startup'])} start-up"
     )
+    if summary["state"] not in ENDED:  # an ended job has nothing to go
+        line += (
+            f"\nto go   {money(c['expected_to_finish'])} and {terminal_clock(eta_s(summary))} "
+            f"expected, {money(c['expected_total'])} in all"
+        )
     if c.get("max_cost"):
         line += f"; budget {money(c['max_cost'])}"
     return line

@@ -113,7 +113,7 @@ def watch(
     limit: int = 20,
 ) -> None:
     """Redraw until interrupted (Ctrl-C)."""
-    console = console or Console()
+    console = console or Console(markup=False)  # text from the scene is never markup
     with Live(view(ledger, job_id, limit), console=console, auto_refresh=False) as live:
         try:
             while True:

@@ -48,3 +48,24 @@ def test_the_farm_view_lists_jobs_with_eta_and_cost() -> None:
     slow = {**row, "active_s": 7200, "elapsed_s": 7200}
     slow_line = next(x for x in to_text(farm_view([slow], {})).splitlines() if x.startswith("j-1"))
     assert "2h00m" in slow_line  # as `farm status` writes it, not "120:00"
+
+
+def test_scene_names_and_errors_are_shown_as_written_never_as_markup() -> None:
+    """Found by a review: rich read "[/b]" in a scene's name as a closing tag, and `farm jobs`,
+    `status` and `watch` stopped with a MarkupError (and "[red]" vanished from a name)."""
+    row = _summary()
+    row["spec"] = {"source_name": "shot[/b]010.blend"}
+    row["error"] = "Blender: cannot read [red]//tex/a.png[/red]"
+    text = to_text(farm_view([row], {}), width=200)
+    assert "shot[/b]010.blend" in text
+    text = to_text(job_view(row, {}), width=200)
+    assert "cannot read [red]//tex/a.png[/red]" in text
+
+
+def test_an_ended_job_has_no_time_or_money_to_go() -> None:
+    """Found by a review: a cancelled job half done still said "to go $0.0000 and 01:00
+    expected", and watch an ETA."""
+    text = to_text(job_view(_summary("cancelled"), {}))
+    assert "to go" not in text and "$0.5000 spent" in text
+    line = next(x for x in to_text(farm_view([_summary("failed")], {})).splitlines() if "j-1" in x)
+    assert "01:00" not in line
