@@ -8,6 +8,7 @@ worker or a lease.
 
 from __future__ import annotations
 
+import http.client
 import logging
 import threading
 import time
@@ -35,16 +36,28 @@ class Delivery:
         return 200 <= self.status < 300
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: urllib would resend the notice as a GET, to any host the
+    answer names (the cloud's metadata address included). It is a failed delivery."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def post(url: str, data: bytes, headers: dict[str, str], timeout_s: float) -> Delivery:
     """One POST; any answer outside 2xx, or none, is a failed delivery (retried)."""
     request = urllib.request.Request(url, data=data, method="POST", headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+        with _OPENER.open(request, timeout=timeout_s) as answer:
             return Delivery(url=url, status=int(answer.status))
     except urllib.error.HTTPError as exc:
         return Delivery(url=url, status=exc.code, error=f"HTTP {exc.code}")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return Delivery(url=url, status=0, error=str(exc))
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+        # HTTPException: something that is not an HTTP server answered (BadStatusLine).
+        return Delivery(url=url, status=0, error=f"{type(exc).__name__}: {exc}")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -118,6 +131,8 @@ class Notifier:
                 self.drain_once()
             except FarmError as exc:
                 log.warning("webhook outbox unreadable, will retry: %s", exc)
+            except Exception:  # the thread must outlive any one notice: no other thread sends
+                log.exception("webhook delivery failed; the notices stay in the outbox")
             time.sleep(interval_s)
 
     def start(self, interval_s: float = 1.0) -> threading.Thread:

@@ -4,6 +4,7 @@ signed to a real local receiver, and retries with backoff when the receiver fail
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -116,3 +117,50 @@ def test_a_failed_delivery_is_retried_later_with_backoff(
 def test_backoff_doubles_up_to_a_cap() -> None:
     assert [notices.backoff_s(t) for t in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 16.0]
     assert notices.backoff_s(30) == 600.0
+
+
+def test_a_url_that_is_no_http_server_is_a_failed_delivery_not_a_dead_thread(
+    ledger: Ledger,
+) -> None:
+    """Found by a review: an answer that was not HTTP (a --notify URL at an SSH port) raised
+    out of the notifier's thread, and no webhook of the farm was sent again."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    _job(ledger)
+    notifier = Notifier(ledger=ledger, notify_url=f"http://127.0.0.1:{port}/hook")
+    ledger.cancel_job("j1")
+    [delivery] = notifier.drain_once()
+    assert delivery.status == 0 and "BadStatusLine" in delivery.error
+    [(notice, _)] = ledger.pending_notices()
+    assert notice.tries == 1  # kept, to be tried again
+    listener.close()
+
+
+def test_a_redirect_is_not_followed(ledger: Ledger, receiver: Receiver) -> None:
+    """A notice is never resent, as a GET, to wherever an answer points (169.254.169.254)."""
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", receiver.url)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _job(ledger)
+    notifier = Notifier(ledger=ledger, notify_url=f"http://127.0.0.1:{server.server_address[1]}/")
+    ledger.cancel_job("j1")
+    assert [d.status for d in notifier.drain_once()] == [302]
+    assert receiver.got == []
+    server.shutdown()
