@@ -40,6 +40,9 @@ class FrameUploader:
     done: list[int] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
     upload_s: float = 0.0
+    reused: int = 0
+    """Frames of the chunk an earlier attempt stored: the chunk's progress counts on from them,
+    never back from 1 (farm status, watch and the page show it)."""
     kept_until: Callable[[], int | None] = lambda: None
     """The chunk's last frame since a split (LeaseKeeper.split_last), None before one: a frame
     after it is the split's new chunk's, never stored or recorded by this one."""
@@ -141,7 +144,7 @@ class FrameUploader:
                 first = not self.done
                 self.ledger.record_frame(
                     self.job_id, frame, size, digest, chunk=self.chunk, first=first,
-                    frames_rendered=len(self.done) + 1,
+                    frames_rendered=self.reused + len(self.done) + 1,
                 )  # fmt: skip
                 self.done.append(frame)
             except Exception as exc:  # reported after Blender ends

@@ -8,13 +8,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 from farm import proc
-from farm.errors import PermanentError
+from farm.errors import PermanentError, StoreError
 from farm.probe import (
     Streams,
     format_argv,
@@ -96,6 +97,14 @@ def check_tables(joined: Joined, frames: int, fps: Fraction) -> None:
         )
 
 
+_UNREACHED = re.compile(
+    r"Connection refused|timed out|Connection reset|Network is unreachable|I/O error|"
+    r"Server returned 5\d\d|Server returned (?:408|429)|Name or service not known|TLS|SSL",
+    re.IGNORECASE,
+)
+"""What ffprobe says when it did not get to read the object at a URL, not that it is bad."""
+
+
 def probe_header(
     ffprobe: str, path: Path | str, *, name: str = "", options: Sequence[str] = ()
 ) -> Streams:
@@ -109,6 +118,10 @@ def probe_header(
     result = proc.capture(argv, 600)
     if result.returncode != 0:
         said = result.stderr.replace(target, f"<{name}>").strip()
+        if not isinstance(path, Path) and _UNREACHED.search(said):
+            # The store did not answer (refused, timed out, 503 SlowDown): the object may be
+            # whole, and a deliverable is never thrown away for the network's fault.
+            raise StoreError(f"ffprobe could not read {name} from the store: {said[-300:]}")
         raise PermanentError(f"ffprobe cannot read {name}: {said[-300:]}")
     video = video_streams(json.loads(result.stdout or "{}"))
     info = parse_streams(result.stdout, name)

@@ -63,8 +63,9 @@ def _render_frames(attempt: ChunkAttempt, started: float, todo: list[int]) -> Ou
     scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
     fetched_s = time.monotonic() - started
     uploader = FrameUploader(
-        ctx.store, ctx.ledger, job_id, index, kept_until=lambda: attempt.keeper.split_last
-    )
+        ctx.store, ctx.ledger, job_id, index, reused=len(frames) - len(todo),
+        kept_until=lambda: attempt.keeper.split_last,
+    )  # fmt: skip
     saved_s: list[float] = []
     timing: dict[str, float] = {}
     if todo:

@@ -40,6 +40,11 @@ S3COPY = "s3copy"
 MIN_PART_BYTES = 5 << 20
 """S3's least part size, for every part but the last (SeaweedFS does not insist; S3 does)."""
 MAX_PARTS = 10_000
+MAX_PART_BYTES = 5 << 30
+"""S3's largest part, copied or uploaded: a larger segment is joined on a worker."""
+MAX_FIRST_PART_BYTES = 512 << 20
+"""The first part (the index and the first segment's samples) is built in memory: a larger
+first segment is joined on a worker, on disk."""
 HEAD_BYTES = 64 << 10
 """The first read of a segment: its ftyp, moov and mdat header, the index being written first."""
 COPIES = 8
@@ -147,7 +152,7 @@ def copy_early(
     when it cannot be a part (the first segment, under 5 MiB of samples, not one run) or the
     store would not. Never fails the chunk: the stitch copies what is not here."""
     found = sample_run(segment) if position > 0 else None
-    if found is None:
+    if found is None or found[1] > MAX_PART_BYTES:
         return {}
     start, length = found
     number = part_number(position, total)
@@ -209,6 +214,11 @@ def plan(store: Store, refs: Sequence[Segment], frames: int) -> Plan:
         start, _, length = runs[0]
         if n < len(refs) - 1 and length < MIN_PART_BYTES:
             raise CannotJoin(f"segment {ref.index} has {length} sample bytes, under 5 MiB")
+        if length > (MAX_FIRST_PART_BYTES if n == 0 else MAX_PART_BYTES):
+            raise CannotJoin(
+                f"segment {ref.index} has {length} sample bytes, over what its part may hold "
+                f"({MAX_FIRST_PART_BYTES if n == 0 else MAX_PART_BYTES})"
+            )
         pieces.append((ref.key, start, length, ref.etag))
     header, joined = index.header()
     return Plan(header=header, pieces=pieces, joined=joined)

@@ -18,7 +18,7 @@ from farm.store import sha256_file
 from workers import blender, s3join
 from workers.attempt import ChunkAttempt, Outcome, segment_manifest
 from workers.context import WorkerContext
-from workers.ffgraph import EncodeSettings, choose_encoder, frames_to_segment_argv
+from workers.ffgraph import EncodeSettings, choose_encoder, frames_to_segment_argv, job_encoder
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
     fetched_bytes = sum(p.stat().st_size for p in seq_dir.iterdir() if p.stat().st_nlink == 1)
     settings = EncodeSettings(
         codec=str(spec.codec),
-        encoder=choose_encoder(str(spec.codec), ctx.caps.nvenc),
+        encoder=job_encoder(ctx.ledger, job_id, choose_encoder(str(spec.codec), ctx.caps.nvenc)),
         fps=fps_fraction(spec.fps),
     )
     segment = attempt.workspace / f"{index:05d}.{spec.codec.container}"
@@ -109,7 +109,9 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
     upload_started = time.monotonic()
     key = attempt.segment_key(spec.codec.container)
     etag = ctx.store.put_file(key, segment, intermediate=True)
-    # The stitch's part of this segment, copied by the store now rather than after the last one.
+    # The stitch's part of this segment, copied by the store now rather than after the last one;
+    # not by an attempt that lost the chunk during the upload (its part would be copied again).
+    attempt.check_lease("before the early copy")
     early = s3join.copy_early(
         ctx.store, ctx.ledger, job_id=job_id, output_key=keys.output_key(job_id, spec.codec.container),
         segment=segment, key=key, etag=etag,

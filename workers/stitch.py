@@ -73,7 +73,8 @@ def segment_refs(ctx: WorkerContext, job_id: str, chunks_total: int) -> list[Seg
     if len(names) > 1:
         raise PermanentError(
             f"segments were made by different encoders ({', '.join(sorted(names))}); they cannot "
-            "be joined by stream copy. Retry the job with --encoder set to one of them"
+            "be joined by stream copy. The job was encoded before the farm kept one encoder a "
+            "job: submit it again"
         )
     return refs
 

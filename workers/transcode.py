@@ -17,7 +17,7 @@ from farm.proc import capture
 from farm.spec import EncoderChoice, JobSpec
 from workers.attempt import ChunkAttempt, Outcome, segment_manifest
 from workers.context import WorkerContext
-from workers.ffgraph import EncodeSettings, choose_encoder
+from workers.ffgraph import EncodeSettings, choose_encoder, job_encoder
 from workers.source import fetch_source
 from workers.transcode_graph import SegmentCut, default_quality, seek_seconds, segment_argv
 
@@ -73,7 +73,9 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     started = time.monotonic()
     spec, frames = attempt.spec, attempt.frames
     assert spec.master is not None, "transcode jobs carry their master's probe"
-    encoder = pick_encoder(spec, ctx.caps.nvenc, ctx.caps.nvenc_error)
+    encoder = job_encoder(
+        ctx.ledger, attempt.job_id, pick_encoder(spec, ctx.caps.nvenc, ctx.caps.nvenc_error)
+    )
     settings = EncodeSettings(
         codec=str(spec.codec),
         encoder=encoder,

@@ -272,6 +272,20 @@ def test_the_frame_uploader_stores_and_records_each_frame(
     assert ctx.store.objects[keys.frame_key("j1", 2)] == b"pngpng"  # type: ignore[attr-defined]
 
 
+def test_a_retried_chunks_progress_counts_on_from_the_frames_kept(
+    ctx: WorkerContext, tmp_path: Path
+) -> None:
+    """Found by a review: a chunk interrupted at 7 of 10 frames showed 1, 2, 3... again."""
+    uploader = FrameUploader(ctx.store, ctx.ledger, "j1", 0, reused=7)
+    uploader.start()
+    path = tmp_path / "frame_000008.png"
+    path.write_bytes(b"png")
+    uploader.add(8, path)
+    uploader.finish()
+    uploader.raise_errors()
+    assert ctx.ledger.chunk("j1", 0)["frames_rendered"] == "8"
+
+
 def test_a_frame_swapped_for_a_link_to_a_host_file_is_never_stored(
     ctx: WorkerContext, tmp_path: Path
 ) -> None:
@@ -605,3 +619,20 @@ def test_output_a_handler_cannot_read_fails_the_chunk_and_is_counted(ctx: Worker
     )  # fmt: skip
     assert "reading its output failed (ValueError('no frame number') on 'Fra:x')" in chunk["error"]
     assert "failed" in result
+
+
+def test_a_job_keeps_the_encoder_its_first_segment_was_made_with(ctx: WorkerContext) -> None:
+    """Found by a review: on a fleet mixing NVENC hosts with hosts that encode in software, a
+    job's segments came from both encoders, and the stitch could never join them: every frame
+    rendered, the job failed, and no retry could mend it."""
+    from farm.errors import TransientError
+    from workers.ffgraph import job_encoder
+
+    make_job(ctx.ledger, "soft")
+    assert job_encoder(ctx.ledger, "soft", "libx264") == "libx264"
+    assert job_encoder(ctx.ledger, "soft", "h264_nvenc") == "libx264"  # NVENC hosts follow
+    make_job(ctx.ledger, "gpu")
+    assert job_encoder(ctx.ledger, "gpu", "h264_nvenc") == "h264_nvenc"
+    with pytest.raises(TransientError, match="segments are h264_nvenc, which this worker"):
+        job_encoder(ctx.ledger, "gpu", "libx264")  # handed back, uncounted
+    assert ctx.ledger.job("gpu")["encoder"] == "h264_nvenc"

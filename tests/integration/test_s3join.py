@@ -272,6 +272,19 @@ def test_segments_under_a_part_size_are_left_to_the_join_here(
     assert result["frames"] == 8
 
 
+@pytest.mark.parametrize("limit", ["MAX_FIRST_PART_BYTES", "MAX_PART_BYTES"])
+def test_a_segment_over_what_a_part_may_hold_is_left_to_the_join_here(
+    store: Store, big: tuple[list[Path], list[SegmentRef]], monkeypatch: pytest.MonkeyPatch,
+    limit: str,
+) -> None:  # fmt: skip
+    """Found by a review: a first segment of gigabytes was read into memory to be part 1 (the
+    worker killed for it, the stitch redelivered to die again), and one over 5 GiB was a part
+    S3 refuses, so the job failed where the join on a worker would have made it."""
+    monkeypatch.setattr(s3join, limit, 1 << 20)  # the real limits, scaled down to the test's
+    with pytest.raises(CannotJoin, match="over what its part may hold"):
+        s3join.plan(store, big[1], 4 * BIG_FRAMES)
+
+
 def test_a_join_that_fails_midway_leaves_no_upload_behind(
     store: Store, big: tuple[list[Path], list[SegmentRef]]
 ) -> None:

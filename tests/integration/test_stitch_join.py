@@ -263,3 +263,18 @@ def test_a_transcode_without_audio_joins_by_mp4join(ledger: Ledger, tmp_path: Pa
     assert decoded(out) == [frame for i in range(3) for frame in decoded(tmp_path / f"seg{i}.mp4")]
     job = ledger.job("j1")
     assert (job["state"], job["stitch_join"]) == ("done", MP4JOIN)
+
+
+def test_a_deliverable_the_store_did_not_serve_is_retried_not_failed(tmp_path: Path) -> None:
+    """Found by a review: ffprobe of the joined object over its URL failing on the network (a
+    refused connection, a 503) failed the job and deleted a good deliverable."""
+    from farm.errors import PermanentError, StoreError
+    from workers.join import probe_header
+
+    with pytest.raises(StoreError, match="could not read the video from the store"):
+        probe_header("ffprobe", "http://127.0.0.1:1/jobs/j1/output.mp4?X-Amz-Signature=s")
+    bad = tmp_path / "output.mp4"
+    bad.write_bytes(b"not a video")
+    with pytest.raises(PermanentError) as refused:
+        probe_header("ffprobe", bad)
+    assert not isinstance(refused.value, StoreError)
