@@ -34,7 +34,7 @@ def resume(ctx: click.Context, job_id: str, max_cost: float | None) -> None:
     click.echo(f"resumed {job_id}: {sent} chunks waiting")
     if spend.over_budget:
         click.echo(
-            f"warning: spent {money(spend.cost.spent)} + expected "
+            f"warning: spent {money(spend.spent)} + expected "
             f"{money(spend.expected_rest)} passes the budget {money(spend.max_cost)}; it will "
             "pause again before its next chunk (raise it with --max-cost)",
             err=True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -125,6 +126,16 @@ class JobCost:
     wasted_attempts: int
     by_instance: dict[str, float]
     """GPU-seconds per `instance_type lifecycle`."""
+    run_per_s: float = 0.0
+    run_base: float = 0.0
+    """The attempts running now: their dollars a second together, and the sum of each one's
+    dollars a second times its claim time (farm.ledger_lua), metered only when they end."""
+
+    def running(self, now: float) -> float:
+        """Dollars the running attempts have spent so far."""
+        if self.run_per_s < 1e-12:  # none runs (what HINCRBYFLOAT's sums leave behind)
+            return 0.0
+        return max(now * self.run_per_s - self.run_base, 0.0)
 
 
 def job_cost(raw: dict[str, str]) -> JobCost:
@@ -147,6 +158,8 @@ def job_cost(raw: dict[str, str]) -> JobCost:
         attempts=int(num("attempts")),
         wasted_attempts=int(num("wasted_attempts")),
         by_instance=by_instance,
+        run_per_s=num("run_per_s"),
+        run_base=num("run_base"),
     )
 
 
@@ -175,27 +188,37 @@ class Spend:
     frames_total: int
     expected_rest: float
     max_cost: float
+    running: float = 0.0
+    """Spent by the attempts running now (JobCost.running): their frames count as done as
+    each is stored, so the money must count as it goes too, or the cost a frame and the budget
+    would read low until the attempts end."""
+
+    @property
+    def spent(self) -> float:
+        """Every attempt so far, the running ones to this moment."""
+        return self.cost.spent + self.running
 
     @property
     def over_budget(self) -> bool:
         return over_budget(
-            spent=self.cost.spent, expected_rest=self.expected_rest, max_cost=self.max_cost
+            spent=self.spent, expected_rest=self.expected_rest, max_cost=self.max_cost
         )
 
     def budget_reason(self, job_id: str) -> str:
         return (
-            f"budget: spent {money(self.cost.spent)} + expected {money(self.expected_rest)} to "
+            f"budget: spent {money(self.spent)} + expected {money(self.expected_rest)} to "
             f"finish would pass the budget of {money(self.max_cost)}; `farm resume {job_id} "
             "--max-cost N` continues"
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "spent": round(self.cost.spent, 6),
+            "spent": round(self.spent, 6),
+            "running": round(self.running, 6),
             "wasted": round(self.cost.wasted, 6),
             "startup": round(self.cost.startup, 6),
             "expected_to_finish": round(self.expected_rest, 6),
-            "expected_total": round(self.cost.spent + self.expected_rest, 6),
+            "expected_total": round(self.spent + self.expected_rest, 6),
             "max_cost": self.max_cost,
             "gpu_s": round(self.cost.gpu_s, 3),
             "wasted_gpu_s": round(self.cost.wasted_gpu_s, 3),
@@ -205,11 +228,18 @@ class Spend:
         }
 
 
-def spend_of(job: dict[str, str], cost: JobCost, frames_done: int) -> Spend:
+def spend_of(
+    job: dict[str, str], cost: JobCost, frames_done: int, now: float | None = None
+) -> Spend:
     """`job`: the ledger's job hash (frames_total, max_cost, est_cost_per_frame, state)."""
     total = int(job.get("frames_total", 0) or 0)
+    # An ended job's figure is what was metered: an attempt still running after a cancel adds
+    # its seconds when it ends.
+    running = (
+        0.0 if job.get("state") in ENDED else cost.running(time.time() if now is None else now)
+    )
     rest = expected_to_finish(
-        spent=cost.spent,
+        spent=cost.spent + running,
         frames_done=frames_done,
         frames_total=total,
         prior_per_frame=float(job.get("est_cost_per_frame") or 0),
@@ -222,6 +252,7 @@ def spend_of(job: dict[str, str], cost: JobCost, frames_done: int) -> Spend:
         frames_total=total,
         expected_rest=rest,
         max_cost=float(job.get("max_cost") or 0),
+        running=running,
     )
 
 

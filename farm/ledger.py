@@ -41,6 +41,18 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
                 self._stitch(keys=[keys.r_job(job_id), keys.r_events(job_id)], args=[time.time()])
             )
 
+    def stitch_taken(self, job_id: str, worker: str) -> None:
+        """The worker running the job's stitch: the reconciler sends the stitch again when that
+        worker is gone (its message stays unacknowledged for hours, until the broker's
+        visibility timeout, so nothing else would)."""
+        with wrapped("record the stitch's worker"):
+            self.r.hset(keys.r_job(job_id), mapping={"stitch_worker": worker})
+
+    def stitch_sent_again(self, job_id: str, now: float) -> None:
+        """A stitch resent by the reconciler: overdue again only from now, with no worker yet."""
+        with wrapped("record the stitch sent again"):
+            self.r.hset(keys.r_job(job_id), mapping={"stitch_started": now, "stitch_worker": ""})
+
     def move_chunk(
         self,
         job_id: str,
@@ -385,7 +397,15 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         runs again only with `every_unfinished`: without it the job would run with chunks that
         never end, so that retry is refused."""
         self.check_reopen(job_id, every_unfinished=every_unfinished)
-        move = self.move_job(job_id, JobState.RUNNING, error="", finished="")
+        job = self.job(job_id)
+        # The time it stood ended is not the job's running time: its elapsed, ETA and pace
+        # leave it out, as they do a pause's.
+        stood = max(time.time() - float(job.get("finished") or time.time()), 0.0)
+        paused = round(float(job.get("paused_s") or 0) + stood, 3)
+        move = self.move_job(
+            job_id, JobState.RUNNING, error="", finished="", paused_s=paused,
+            stitch_transients=0, stitch_worker="",  # a stitch that gave up has its tries back
+        )  # fmt: skip
         if not move.moved:
             raise LedgerError(
                 f"job {job_id} is {move.previous}; only failed or cancelled jobs retry"

@@ -70,7 +70,7 @@ CHUNK_MOVE = (
     + r"""
 local c = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempt', 'retry', 'claims', 'started',
   'claimed_at', 'lease_expires', 'price_per_s', 'instance_type', 'lifecycle', 'index',
-  'alone_per_s')
+  'alone_per_s', 'accruing')
 local state = c[1]
 if not state then return {'missing', '', ''} end
 local j = redis.call('HMGET', KEYS[2], 'state', 'max_cost')
@@ -159,6 +159,14 @@ if mode == 'claim' then
   if not c[6] then set('started', ARGV[9]) end
   set('claimed_at', ARGV[9])
   set('alone_per_s', '0')  -- a claim in the encode lane records its own (workers.alongside)
+  -- The money a running attempt spends before it ends, for the job's spend (farm.cost):
+  -- now * run_per_s - run_base over the job's running attempts; taken back at the attempt's end.
+  local per_s = tonumber(fields['price_per_s'] or '0') or 0
+  if per_s > 0 then
+    redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', per_s)
+    redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', per_s * tonumber(ARGV[9]))
+    set('accruing', fields['price_per_s'])
+  end
 elseif mode == 'fail' or mode == 'expire' then
   -- A failure spends the chunk's budget; a lost lease (a worker that vanished) spends a
   -- separate, larger one, so reclaimed spot instances do not fail jobs but a chunk that kills
@@ -213,7 +221,12 @@ if mode ~= 'claim' and claimed and HELD[state] then
   end
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s', secs)
   redis.call('HINCRBYFLOAT', KEYS[1], 'cost', cost)
-  redis.call('HDEL', KEYS[1], 'claimed_at')
+  redis.call('HDEL', KEYS[1], 'claimed_at', 'accruing')
+  local accrued = tonumber(c[14] or '')  -- its share of the running spend, now metered above
+  if accrued then
+    redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', -accrued)
+    redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', -accrued * claimed)
+  end
   set('last_attempt_s', secs)
   redis.call('RPUSH', KEYS[5], cjson.encode({chunk = tonumber(c[12]),
     phase = state, ['end'] = target, mode = mode, s = secs, cost = cost, where = where,

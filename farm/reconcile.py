@@ -56,6 +56,7 @@ class Reconciler:
         stitch_orphan_after_s: float = 900.0,
         store: Store | None = None,
         early_upload_keep_s: float = 24 * 3600.0,
+        worker_gone_s: float = 60.0,
     ) -> None:
         self.ledger = ledger
         self.dispatch = dispatch
@@ -64,6 +65,8 @@ class Reconciler:
         self.max_lost_leases = max_lost_leases
         self.orphan_after_s = orphan_after_s
         self.stitch_orphan_after_s = stitch_orphan_after_s
+        self.worker_gone_s = worker_gone_s
+        """A worker not heard from for this long is gone (it beats every 5 s)."""
         self._next_orphan_sweep = 0.0
         self._next_upload_sweep = 0.0
 
@@ -134,7 +137,13 @@ class Reconciler:
             if state == JobState.STITCHING:
                 started = float(job.get("stitch_started") or now)
                 overdue = now - started > self.stitch_orphan_after_s
-                if overdue and not in_broker((STITCH.task, job_id, -1)):
+                # The stitch's worker gone (killed, reclaimed): its message is unacknowledged
+                # until the broker's visibility timeout, hours away. A second stitch of a job is
+                # harmless: the first to end moves it on, and the other finds it done.
+                worker = job.get("stitch_worker", "")
+                gone = bool(worker) and worker not in self.ledger.workers(self.worker_gone_s)
+                if gone or (overdue and not in_broker((STITCH.task, job_id, -1))):
+                    self.ledger.stitch_sent_again(job_id, now)
                     self.dispatch.stitch(job_id)
                     result.resent.append((job_id, -1))
                 continue

@@ -291,6 +291,7 @@ def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, Any]:
     if not job or job.get("state") != JobState.STITCHING:
         return {"skipped": f"job is {job.get('state', 'unknown')}"}
     spec = JobSpec.from_json(json.loads(job["spec"]))
+    ctx.ledger.stitch_taken(job_id, ctx.name)  # should this worker vanish (farm.reconcile)
     with ctx.jobs_here.using(job_id):  # its work folder is in the job's (workers.janitor)
         return STITCHERS[spec.kind](ctx, job_id, job, spec)
 

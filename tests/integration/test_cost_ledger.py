@@ -156,6 +156,30 @@ def test_a_claim_past_the_budget_pauses_the_job_and_is_refused(ledger: Ledger) -
     assert ledger.chunk("j1", 1)["state"] == ChunkState.QUEUED
 
 
+def test_a_running_attempt_counts_what_it_has_spent_so_far(ledger: Ledger) -> None:
+    """Found by a review: frames counted as each was stored, but money only when an attempt
+    ended, so while the first chunks ran a frame seemed free: status said $0 spent and the
+    budget let every claim through."""
+    ledger.meter = {**METER, "price_per_s": "1.0"}
+    _job(ledger, frames="1-40", max_cost="0.3")
+    token = _claim(ledger, 0)
+    for frame in range(1, 6):
+        ledger.record_frame("j1", frame, 1, "x")
+    time.sleep(0.15)
+    spend = ledger.spend("j1")
+    assert spend.cost.spent == 0 and 0.15 <= spend.running < 5
+    assert spend.spent == spend.running and spend.to_json()["running"] == round(spend.running, 6)
+    assert spend.expected_rest == pytest.approx(spend.spent / 5 * 35)
+    # $0.15 or more for 5 frames: 35 to go pass the budget of $0.30, and no chunk starts.
+    assert not ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim", lease_s=30).moved
+    assert ledger.job("j1")["state"] == JobState.PAUSED
+    ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token)
+    ended = ledger.spend("j1")
+    assert ended.running == 0 and ended.spent == ended.cost.spent  # metered, once
+    assert ended.cost.spent == pytest.approx(ended.cost.gpu_s * 1.0)
+    assert "accruing" not in ledger.chunk("j1", 0)
+
+
 def test_resume_with_a_higher_budget_lets_claims_through(ledger: Ledger) -> None:
     _job(ledger, max_cost="0.01")
     ledger.r.hset("farm:cost:j1", "cost", "0.02")

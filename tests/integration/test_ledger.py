@@ -189,6 +189,24 @@ def test_a_plain_retry_of_a_cancelled_job_is_refused_rather_than_left_running(
     assert ledger.job("j1")["state"] == JobState.RUNNING
 
 
+def test_the_time_a_job_stood_ended_is_not_its_running_time(ledger: Ledger) -> None:
+    """Found by a review: a job failed after an hour and retried the next morning showed 13
+    hours elapsed, and an ETA at that pace."""
+    from farm.report import job_summary
+
+    make_job(ledger, "j1", frames="1-20", chunk_size=10)
+    ledger.r.hset(keys.r_job("j1"), mapping={"created": time.time() - 3 * 3600, "paused_s": 60})
+    ledger.cancel_job("j1")
+    ledger.r.hset(keys.r_job("j1"), "finished", time.time() - 2 * 3600)  # cancelled 2 h ago
+    ledger.r.hset(keys.r_job("j1"), "stitch_transients", 11)  # a stitch that gave up
+    ledger.reopen_job("j1", every_unfinished=True)
+    job = ledger.job("j1")
+    assert job["stitch_transients"] == "0"  # found by a review: the retry's stitch had no tries
+    assert float(job["paused_s"]) == pytest.approx(2 * 3600 + 60, abs=5)
+    summary = job_summary(job, ledger.chunks("j1"))
+    assert summary["active_s"] == pytest.approx(3600 - 60, abs=5)
+
+
 def _rendered_then_claimed(ledger: Ledger, token: str) -> tuple[Move, Claim | None]:
     return ledger.move_then_claim(
         "j1", 0, ChunkState.RENDERED, token=token, fields={"render_s": 1.5},

@@ -50,6 +50,30 @@ def test_the_broker_messages_name_their_task_job_and_chunk(ledger: Ledger, redis
     assert any(w[1:] == ("j9", -1) for w in held)
 
 
+def test_a_stitch_whose_worker_is_gone_is_sent_again_at_once(
+    ledger: Ledger, redis_url: str
+) -> None:
+    """Found by a review: a stitch whose worker was killed stayed unacknowledged in the broker
+    until its visibility timeout, so the job sat stitching for up to 12 hours."""
+    rec = _reconciler(ledger, redis_url)
+    _job(ledger)
+    ledger.r.hset("farm:job:j1", mapping={"state": "stitching", "stitch_started": time.time()})
+    rec.dispatch.stitch("j1")  # its message: in the broker all along
+    ledger.heartbeat("alive@w", {"queues": ["stitch"]})
+    ledger.stitch_taken("j1", "alive@w")
+    quiet = Pass()
+    rec.resend_orphans(quiet)
+    assert quiet.resent == []  # its worker is there: the stitch runs
+    ledger.stitch_taken("j1", "killed@w")  # never heard from
+    result = Pass()
+    rec.resend_orphans(result)
+    assert result.resent == [("j1", -1)]
+    assert ledger.job("j1")["stitch_worker"] == ""  # the next stitch says who runs it
+    again = Pass()
+    rec.resend_orphans(again)
+    assert again.resent == []  # once
+
+
 class Exploding(Ledger):
     """A ledger whose expired-lease read raises something no one expected."""
 
