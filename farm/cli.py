@@ -20,6 +20,7 @@ from farm.errors import ConfigError, FarmError, SpecError, UnknownJob, Unreachab
 from farm.ledger import Ledger
 from farm.report import (
     jobs_table,
+    printable,
     status_table,
     to_text,
 )
@@ -38,7 +39,8 @@ class FarmGroup(click.Group):
             if ctx.meta.get("debug"):
                 raise
             hint = _hint(ctx, exc)
-            click.echo(f"farm: error: {str(exc).rstrip('.') if hint else exc}{hint}", err=True)
+            said = f"farm: error: {str(exc).rstrip('.') if hint else exc}{hint}"
+            click.echo(printable(said), err=True)  # a scene's paths may be in it
             ctx.exit(2 if isinstance(exc, (SpecError, UnknownJob)) else 1)
         except OSError as exc:  # a file of the user's: a DEST that cannot be written, a full disk
             if ctx.meta.get("debug"):
@@ -111,9 +113,9 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
     else:
         click.echo(to_text(status_table(summary)))
         if summary["settings"]:
-            click.echo(settings_text(summary["settings"]))
+            click.echo(printable(settings_text(summary["settings"])))
         for missing in summary["spec"].get("missing_assets", []):
-            click.echo(f"  missing at submit (--allow-missing): {missing}")
+            click.echo(printable(f"  missing at submit (--allow-missing): {missing}"))
     if wait:  # the same exit codes as submit --wait
         ctx.exit(0 if summary["state"] == "done" else 1)
 
@@ -243,7 +245,7 @@ def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
         raise FarmError(f"no logs for {job_id}{'' if chunk is None else f' chunk {chunk}'} yet")
     for key in found:
         click.echo(f"===== {Path(key).name}")
-        click.echo(store.get_bytes(key).decode("utf-8", "replace").rstrip())
+        click.echo(printable(store.get_bytes(key).decode("utf-8", "replace").rstrip()))
 
 
 cli.add_command(submit)

@@ -49,7 +49,13 @@ def clock(seconds: float | None) -> str:
 
 
 def _when(t: float | None) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(t)) if t else ""
+    """The time of day in UTC (marked Z), its date and all in the element for a job that runs
+    over midnight or for days."""
+    if not t:
+        return ""
+    at = time.gmtime(t)
+    full = time.strftime("%Y-%m-%dT%H:%M:%SZ", at)
+    return f'<time datetime="{full}" title="{full}">{time.strftime("%H:%M:%SZ", at)}</time>'
 
 
 Cost = tuple[float, float]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,17 @@ def _f(value: str | None) -> float | None:
         return None
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters (but newline and tab) written out as `\\x1b`: a
+    scene's object names, paths and Blender's errors reach a terminal through logs, errors and
+    views, and an escape sequence in one would move the cursor, rewrite what is shown or set the
+    clipboard of whoever reads it."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def chunk_summary(chunk: dict[str, str]) -> dict[str, Any]:
     frames = json.loads(chunk.get("frames", "[]"))
     started, finished = _f(chunk.get("started")), _f(chunk.get("finished"))
@@ -42,7 +54,7 @@ def chunk_summary(chunk: dict[str, str]) -> dict[str, Any]:
         "render_s": _f(chunk.get("render_s")),
         "encode_s": _f(chunk.get("encode_s")),
         "encoder": chunk.get("encoder", ""),
-        "error": chunk.get("error", ""),
+        "error": printable(chunk.get("error", "")),
     }
 
 
@@ -56,6 +68,8 @@ def job_summary(
     running = any(c["state"] in running_states() for c in chunk_list)
     paused = paused_s(job, finished or now, running=running)
     spec = json.loads(job.get("spec", "{}"))
+    if isinstance(spec.get("source_name"), str):
+        spec["source_name"] = printable(spec["source_name"])
     return {
         "id": job.get("id", ""),
         "kind": job.get("kind", ""),
@@ -67,7 +81,7 @@ def job_summary(
         "output": job.get("output", ""),
         "chunk_size": job.get("chunk_size", ""),
         "chunk_plan": job.get("chunk_plan", ""),
-        "error": job.get("error", ""),
+        "error": printable(job.get("error", "")),
         "spec": spec,
         "created": created,
         "elapsed_s": elapsed,
@@ -138,7 +152,7 @@ def to_text(renderable: RenderableType, width: int = 120) -> str:
     Console(file=out, width=width, color_system=None, soft_wrap=False, markup=False).print(
         renderable
     )
-    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())
+    return printable("\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines()))
 
 
 def progress_line(summary: dict[str, Any]) -> str:
@@ -228,8 +242,9 @@ def jobs_table(rows: list[dict[str, Any]]) -> Table:
 def cost_line(summary: dict[str, Any]) -> str:
     """`farm status`: spent and wasted; expected to finish (money and time); the budget."""
     c = summary["cost"]
+    running = f" ({money(c['running'])} of it running now)" if c.get("running") else ""
     line = (
-        f"cost    {money(c['spent'])} spent, {money(c['wasted'])} wasted "
+        f"cost    {money(c['spent'])} spent{running}, {money(c['wasted'])} wasted "
         f"({c['wasted_attempts']}/{c['attempts']} attempts), {money(c['startup'])} start-up"
     )
     if summary["state"] not in ENDED:  # an ended job has nothing to go

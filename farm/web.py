@@ -103,7 +103,8 @@ class FarmWeb:
                 [],
             )
         headers = [("Content-Type", ctype), ("Content-Length", str(len(body))), *extra]
-        headers.append(("Cache-Control", "no-store"))
+        # Logs and thumbnails were written in a scene's box: a browser never reads one as a page.
+        headers += [("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")]
         start_response(status, headers)
         return [body]
 
@@ -153,23 +154,29 @@ class FarmWeb:
         return "200 OK", HTML, html.encode(), []
 
     def _cost(self, job_id: str, job: dict[str, str]) -> jobpage.Cost | None:
-        """Spent and expected dollars, once the cost meter has recorded an attempt."""
+        """Spent and expected dollars, once an attempt is metered or running at a price."""
         spend = self.ledger.spend(job_id, job)
-        if not spend.cost.attempts:
+        if not spend.cost.attempts and not spend.running:
             return None
-        return spend.cost.spent, spend.cost.spent + spend.expected_rest
+        return spend.spent, spend.spent + spend.expected_rest
 
     def thumb(self, job: str, frame: str) -> Response:
         key = keys.thumb_key(job, int(frame))
-        if not self.store.exists(key):
+        size = self.store.size(key)
+        if size is None or size > THUMB_MAX_BYTES:  # a scene's box wrote it: never read whole
             return self._missing(f"no thumbnail of frame {frame}")
         return "200 OK", "image/jpeg", self.store.get_bytes(key), []
 
     def log_text(self, job: str, name: str) -> Response:
         key = keys.job_prefix(job) + "logs/" + name
-        if not _LOG_NAME.match(name) or not self.store.exists(key):
+        size = self.store.size(key) if _LOG_NAME.match(name) else None
+        if size is None:
             return self._missing(f"no log {name}")
-        return "200 OK", "text/plain; charset=utf-8", self.store.get_bytes(key), []
+        if size <= LOG_MAX_BYTES:
+            return "200 OK", "text/plain; charset=utf-8", self.store.get_bytes(key), []
+        tail = self.store.get_range(key, size - LOG_MAX_BYTES, LOG_MAX_BYTES)[0]
+        note = f"[the first {size - LOG_MAX_BYTES} bytes left out; `farm logs {job}` has them]\n"
+        return "200 OK", "text/plain; charset=utf-8", note.encode() + tail, []
 
     def video(self, job: str) -> Response:
         """A redirect to a short-lived presigned URL: the video never passes through here."""
@@ -177,6 +184,12 @@ class FarmWeb:
         if not output:
             return self._missing(f"job {job} has no video yet")
         return "302 Found", "text/plain", b"", [("Location", self.store.presign_get(output, 600))]
+
+
+THUMB_MAX_BYTES = 4 << 20
+"""A thumbnail is a few KiB; anything near this was not made by the farm's thumbnailer."""
+LOG_MAX_BYTES = 4 << 20
+"""The end of a longer log is shown: the page's server holds what it sends in memory."""
 
 
 class _Server(socketserver.ThreadingMixIn, WSGIServer):

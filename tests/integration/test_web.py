@@ -6,6 +6,8 @@ import base64
 from typing import Any
 from wsgiref.util import setup_testing_defaults
 
+import pytest
+
 from farm import keys
 from farm.ledger import Ledger
 from farm.plan import plan_chunks
@@ -26,8 +28,14 @@ class MemoryStore:
     def exists(self, key: str) -> bool:
         return key in self.objects
 
+    def size(self, key: str) -> int | None:
+        return len(self.objects[key]) if key in self.objects else None
+
     def get_bytes(self, key: str) -> bytes:
         return self.objects[key]
+
+    def get_range(self, key: str, start: int, length: int) -> tuple[bytes, int, str]:
+        return self.objects[key][start : start + length], len(self.objects[key]), "etag"
 
     def presign_get(self, key: str, expires_s: int = 900) -> str:
         return f"http://store.invalid/{key}?sig=x"
@@ -94,6 +102,24 @@ def test_the_job_page_shows_thumbnails_chunks_errors_and_log_links(ledger: Ledge
     assert _get(app, "/jobs/j1/thumbs/2.jpg")[0].startswith("404")
     assert _get(app, "/jobs/nope")[0].startswith("404")
     assert _get(app, "/jobs/j1/video.mp4")[0].startswith("404")  # not done yet
+
+
+def test_what_a_scenes_box_wrote_is_served_bounded_and_never_sniffed(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: a thumbnail or log of any size was read whole into the page server's
+    memory, and served without nosniff (a browser could read a log as HTML)."""
+    import farm.web
+
+    monkeypatch.setattr(farm.web, "LOG_MAX_BYTES", 8)
+    monkeypatch.setattr(farm.web, "THUMB_MAX_BYTES", 4)
+    app = _app(ledger)
+    status, headers, body = _get(app, "/jobs/j1/logs/00000-render-attempt1.log")
+    assert status.startswith("200")
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert body == b"[the first 7 bytes left out; `farm logs j1` has them]\n says hi"
+    assert _get(app, "/jobs/j1/thumbs/1.jpg")[0].startswith("404")  # 6 bytes, over 4
+    assert _get(app, "/")[1]["X-Content-Type-Options"] == "nosniff"
 
 
 def test_metrics_are_served_in_the_text_format(ledger: Ledger) -> None:

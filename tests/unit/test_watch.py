@@ -69,3 +69,20 @@ def test_an_ended_job_has_no_time_or_money_to_go() -> None:
     assert "to go" not in text and "$0.5000 spent" in text
     line = next(x for x in to_text(farm_view([_summary("failed")], {})).splitlines() if "j-1" in x)
     assert "01:00" not in line
+
+
+def test_escape_sequences_from_a_scene_never_reach_the_terminal() -> None:
+    """Found by a review: object names and paths in a .blend reach `farm status`, `jobs`,
+    `watch` and `logs` through Blender's errors; an escape sequence in one (OSC 52 sets the
+    reader's clipboard, CSI 2J clears the screen) was printed as it was."""
+    row = _summary("failed")
+    chunk = {"index": "0", "state": "failed", "frames": "[1, 2]", "worker": "w1",
+             "error": "missing //tex/\x1b]52;c;ZXZpbA==\x07a.png"}  # fmt: skip
+    job = {"id": "j-1", "kind": "render", "state": "failed", "chunks_total": "1",
+           "error": "chunk 0 failed: \x1b[2J", "spec": json.dumps({"source_name": "s\x1b[31m.blend"})}  # fmt: skip
+    row = {**job_summary(job, [chunk]), "priority": 50, "paused_reason": "", "cost": row["cost"]}
+    for text in (to_text(job_view(row, {}), width=200), to_text(farm_view([row], {}), width=200)):
+        assert "\x1b" not in text and "\x07" not in text
+    text = to_text(job_view(row, {}), width=200)
+    assert "chunk 0 failed: \\x1b[2J" in text and "\\x1b]52;c;ZXZpbA==\\x07a.png" in text
+    assert "s\\x1b[31m.blend" in to_text(farm_view([row], {}), width=200)
