@@ -18,9 +18,10 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from farm.errors import PermanentError
 from farm.sandbox import minimal_env
@@ -160,7 +161,7 @@ def run(
         handle.stop()
     try:
         assert popen.stdout is not None
-        pump(popen.stdout, on_line=on_line, log_path=log_path, tail=tail, handle=handle)
+        pump(lines_of(popen.stdout), on_line=on_line, log_path=log_path, tail=tail, handle=handle)
         returncode = popen.wait()
     finally:
         if popen.poll() is None:
@@ -172,6 +173,16 @@ def run(
         duration_s=time.monotonic() - started,
         stopped=handle.stop_requested.is_set(),
     )
+
+
+LINE_LIMIT = 64 << 10
+"""The longest line read from a program at once; a longer one comes in pieces. A scene's
+script printing gigabytes with no newline would otherwise be held whole in this process."""
+
+
+def lines_of(stream: IO[bytes]) -> Iterator[bytes]:
+    """A program's output, line by line, no line longer than LINE_LIMIT."""
+    return iter(lambda: stream.readline(LINE_LIMIT), b"")
 
 
 def pump(

@@ -57,6 +57,10 @@ class Box:
     """Extra variables for the program (filtered like the inherited ones)."""
     tmpfs_bytes: int = TMPFS_BYTES
     """Cap on /tmp and /run; 0: none (a bwrap before 0.7 has no --size; see `tmpfs_cap`)."""
+    no_userns: bool = False
+    """Keep the program from making user namespaces of its own (`--disable-userns`, bubblewrap
+    0.8 and later; see `userns_cap`): with one, code run by a crafted scene holds every
+    capability again inside it, the usual first step of a kernel exploit."""
 
 
 def minimal_env(source: Mapping[str, str], home: str = "") -> dict[str, str]:
@@ -105,6 +109,8 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
     # script could remount the read-only system and its tree writable.
     out = [box.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
            "--clearenv"]  # fmt: skip
+    if box.no_userns:
+        out[2:2] = ["--unshare-user", "--disable-userns"]
     for name, value in sorted(env.items()):
         out += ["--setenv", name, value]
     out += ["--dev", "/dev", "--proc", "/proc"]
@@ -122,6 +128,17 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
         out += ["--ro-bind", "/dev/null", secret]
     out += ["--chdir", home, "--", *argv]
     return out
+
+
+@functools.cache
+def userns_cap(bwrap: str) -> bool:
+    """Whether this bwrap can keep a box from making user namespaces (Box.no_userns)."""
+    done = subprocess.run(
+        [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/",
+         "true"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    return done.returncode == 0
 
 
 @functools.cache

@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import threading
@@ -33,6 +34,9 @@ _MANIFEST = "assets.json"
 _lock = threading.Lock()
 
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
 @dataclass(frozen=True, slots=True)
 class AssetCache:
     """Files by sha256 under `root`, at most `cap_bytes` in all (files in use are kept)."""
@@ -41,6 +45,10 @@ class AssetCache:
     cap_bytes: int
 
     def path(self, sha256: str) -> Path:
+        """The cache's file of a digest; the manifest is the submitter's, so the digest is
+        checked to be one before it names a file (`../jobs/…` would reach another job's)."""
+        if not SHA256.fullmatch(sha256):
+            raise PermanentError(f"the job's asset manifest names {sha256!r}, not a sha256")
         return self.root / sha256
 
     def get(self, store: Store, sha256: str, size_bytes: int) -> Path:

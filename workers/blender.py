@@ -22,7 +22,9 @@ WHEEL = "bpy"
 """`settings.blender` value for the bpy wheel run by this worker's own Python."""
 OVERRIDABLE = ("resolution", "samples", "engine", "camera")
 """The render overrides the script applies; frames and fps are the plan's, not Blender's."""
-_LINE = re.compile(r"^FARM-(?P<kind>[A-Z]+) (?P<nonce>[0-9a-f]{16,64}) (?P<body>\{.*\})$")
+_LINE = re.compile(r"FARM-(?P<kind>[A-Z]+) (?P<nonce>[0-9a-f]{16,64}) (?P<body>\{.*\})$")
+"""Found anywhere in a line: Blender's C output, buffered apart from Python's, may have left
+part of a line of its own in front of it."""
 _FRA = re.compile(
     r"^Fra:(?P<frame>\d+) .*?"
     r"(?:Sample (?P<done>\d+)/(?P<total>\d+)|Rendering (?P<edone>\d+) / (?P<etotal>\d+) samples)?$"
@@ -96,11 +98,18 @@ def settings_from_spec(
         threads=threads,
         trusted=trusts(spec),
         preview_depth=preview_depth,
-        # farm.assets records each as "STORED_PATH (kind 'name'; looked for …)".
-        allow_missing=tuple(
-            str(m).split(" (", 1)[0] for m in getattr(spec, "missing_assets", ()) or ()
-        ),
+        allow_missing=tuple(stored_path(str(m)) for m in getattr(spec, "missing_assets", ()) or ()),
     )
+
+
+_MISSING = re.compile(r"(?s)(?P<stored>.*) \([a-z_]+ ['\"].*; looked for .*\)\Z")
+
+
+def stored_path(missing: str) -> str:
+    """The path as the scene stores it, of a file farm.assets recorded missing as
+    "STORED_PATH (kind 'name'; looked for …)": `//tex/wood (1).png` whole, not `//tex/wood`."""
+    found = _MISSING.match(missing)
+    return found["stored"] if found else missing
 
 
 def trusts(spec: object) -> bool:
@@ -205,7 +214,7 @@ class ScriptLine:
 
 def script_line(line: str, nonce: str) -> ScriptLine | None:
     """The script's own line when it is whole and carries this run's nonce; else None."""
-    match = _LINE.match(line)
+    match = _LINE.search(line)
     if not match or match.group("nonce") != nonce:
         return None
     try:

@@ -96,6 +96,7 @@ THUMB_WIDTH = 320
 
 
 def announce(kind: str, nonce: str, **fields: Any) -> None:
+    flush_c_output()  # Blender's lines before it stay before it in the log
     print(f"FARM-{kind} {nonce} {json.dumps(fields, sort_keys=True)}", flush=True)
 
 
@@ -322,18 +323,19 @@ class Renderer:
         """A file the scene uses but Blender cannot find renders magenta or empty: refuse it."""
         allowed = set(self.job.get("allow_missing", ()))
         missing = sorted(
-            m for m in set(self._missing_files()) if m.split(" (", 1)[0] not in allowed
+            f"{path} ({what})" for path, what in set(self._missing_files()) if path not in allowed
         )
         if missing:
             raise ChunkFailed(
                 f"{len(missing)} file(s) the scene uses are missing: " + ", ".join(missing)
             )
 
-    def _missing_files(self) -> Iterator[str]:
+    def _missing_files(self) -> Iterator[tuple[str, str]]:
+        """(the path as the scene stores it, what uses it) of each file Blender cannot find."""
         data, abspath = self.bpy.data, self.bpy.path.abspath
         for lib in data.libraries:
             if lib.is_missing:
-                yield f"{lib.filepath} (linked library)"
+                yield lib.filepath, "linked library"
         for image in data.images:
             if image.source not in {"FILE", "SEQUENCE", "TILED"} or image.packed_file:
                 continue
@@ -343,10 +345,10 @@ class Renderer:
             if image.source == "TILED":
                 tiles = [path.replace("<UDIM>", str(t.number)) for t in image.tiles]
                 if not any(os.path.isfile(t) for t in tiles):
-                    yield f"{image.filepath} (image {image.name}, UDIM tiles)"
+                    yield image.filepath, f"image {image.name}, UDIM tiles"
                 continue
             if not os.path.isfile(path):
-                yield f"{image.filepath} (image {image.name})"
+                yield image.filepath, f"image {image.name}"
         for kind in ("volumes", "cache_files", "movieclips", "fonts"):
             for block in getattr(data, kind, ()):
                 filepath = getattr(block, "filepath", "")
@@ -357,7 +359,7 @@ class Renderer:
                 if "#" in os.path.basename(path) or "<" in path:
                     continue  # a frame-numbered sequence; Blender resolves it per frame
                 if not os.path.exists(path):
-                    yield f"{filepath} ({kind[:-1].replace('_', ' ')} {block.name})"
+                    yield filepath, f"{kind[:-1].replace('_', ' ')} {block.name}"
 
     def apply_overrides(self, scene: Any) -> None:
         """Only what the job names; everything else stays the scene's own."""

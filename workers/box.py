@@ -11,10 +11,11 @@ import logging
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 from farm.errors import ConfigError, PermanentError
-from farm.sandbox import Box, gpu_devices, program_dirs, tmpfs_cap
+from farm.sandbox import Box, gpu_devices, program_dirs, tmpfs_cap, userns_cap, wrap
 from farm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,20 +45,46 @@ def render_box(
         devices=gpu_devices(),
         bwrap=bwrap,
         tmpfs_bytes=tmpfs_cap(bwrap),
+        no_userns=userns_cap(bwrap),
     )
 
 
-def check_host(settings: Settings, queues: list[str]) -> None:
-    """A worker that would render without a box refuses to start (ConfigError), rather than
-    failing each chunk it takes."""
-    bwrap = shutil.which("bwrap")
-    if "render" in queues and settings.sandbox == "bwrap" and bwrap and not tmpfs_cap(bwrap):
-        log.warning("this bwrap has no --size (bubblewrap 0.7+): the box's /tmp is not capped")
-    if "render" in queues and settings.sandbox == "bwrap" and bwrap is None:
+def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) -> None:
+    """A worker that would render without a box, or on a host where no box can be made,
+    refuses to start (ConfigError), rather than failing each chunk it takes (and with them the
+    farm's jobs). `bwrap`: the one to check (default: the one on PATH)."""
+    if "render" not in queues or settings.sandbox != "bwrap":
+        return
+    bwrap = bwrap or shutil.which("bwrap")
+    if bwrap is None:
         raise ConfigError(
             "bwrap is not installed, so this worker will not render untrusted scenes: install "
             "bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that "
             "only renders scenes you trust"
+        )
+    # A box as a chunk gets one, around `true`: a container without the rights bwrap needs
+    # (Docker's default seccomp and AppArmor profiles refuse its namespaces) fails here.
+    trial = Box(writable=(), bwrap=bwrap, tmpfs_bytes=tmpfs_cap(bwrap), no_userns=userns_cap(bwrap))
+    try:
+        done = subprocess.run(
+            wrap(["true"], trial), capture_output=True, text=True, timeout=30, check=False
+        )
+        said = done.stderr.strip() or f"exit {done.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        done, said = None, str(exc)
+    if done is None or done.returncode != 0:
+        raise ConfigError(
+            f"bwrap cannot make a box on this host ({said[-300:]}), so this worker would fail "
+            "every scene: in a container, run it as docker-compose.yml does (security_opt "
+            "seccomp and apparmor unconfined: the box takes their place), or set "
+            "FARM_SANDBOX=off on a host that only renders scenes you trust"
+        )
+    if not trial.tmpfs_bytes:
+        log.warning("this bwrap has no --size (bubblewrap 0.7+): the box's /tmp is not capped")
+    if not trial.no_userns:
+        log.warning(
+            "this bwrap has no --disable-userns (bubblewrap 0.8+): a scene's code could make "
+            "user namespaces inside the box"
         )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm.proc import Result, Running, pump, spawn, stop_group
+from farm.proc import Result, Running, lines_of, pump, spawn, stop_group
 from workers.blender_render import SERVING
 
 log = logging.getLogger(__name__)
@@ -92,12 +92,13 @@ class WarmBlender:
         self.popen = spawn(argv, memory_limit_bytes=memory_limit_bytes, stdin=subprocess.PIPE)
         self.serving = threading.Event()
         """Its script runs: the box's folders are bound (a ready Blender's may move now)."""
-        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        # Bounded: a Blender that prints while no chunk reads it waits, rather than growing this.
+        self._lines: queue.Queue[bytes | None] = queue.Queue(maxsize=1000)
         threading.Thread(target=self._read, daemon=True, name="warm-blender-out").start()
 
     def _read(self) -> None:
         assert self.popen.stdout is not None
-        for raw in self.popen.stdout:
+        for raw in lines_of(self.popen.stdout):
             if not self.serving.is_set() and raw.strip() == SERVING.encode():
                 self.serving.set()
                 continue

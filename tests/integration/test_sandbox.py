@@ -271,3 +271,18 @@ def test_a_render_worker_without_bwrap_refuses_to_start(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "bwrap is not installed" in done.stderr and "FARM_SANDBOX=off" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_line_with_no_end_is_read_in_pieces_never_held_whole(tmp_path: Path) -> None:
+    """Found by a review: a scene's script printing without a newline grew one line in the
+    worker's memory for as long as it printed (the worker and its other chunks killed for it)."""
+    from farm.proc import LINE_LIMIT
+
+    longest: list[int] = []
+    done = run(
+        [sys.executable, "-c", "import sys; sys.stdout.write('x' * 1_000_000); print()"],
+        on_line=lambda line: longest.append(len(line)),
+        log_path=tmp_path / "log",
+    )
+    assert done.ok and max(longest) <= LINE_LIMIT and sum(longest) == 1_000_000
+    assert (tmp_path / "log").stat().st_size == 1_000_001  # the log keeps every byte

@@ -314,6 +314,18 @@ def test_worker_refuses_a_hostile_manifest_and_writes_nothing_outside(tmp_path: 
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
+def test_an_asset_digest_that_is_a_path_reads_no_other_file(tmp_path: Path) -> None:
+    """Found by a review: the manifest's sha256 named the cache's file unchecked, so
+    `../jobs/OTHER/frames/…` of a known size was linked into this job's tree."""
+    other = tmp_path / "jobs" / "other" / "frames" / "preview_000001.png"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"another job's frame")
+    cache = AssetCache(tmp_path / "assets", cap_bytes=1 << 20)
+    digest = "../jobs/other/frames/preview_000001.png"
+    with pytest.raises(PermanentError, match="not a sha256"):
+        cache.get(FakeStore(), digest, other.stat().st_size)  # type: ignore[arg-type]
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

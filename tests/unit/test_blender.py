@@ -152,6 +152,17 @@ def test_files_the_user_allowed_to_be_missing_are_passed_by_their_stored_path() 
     assert settings.allow_missing == ("//tex/gone.png",)
 
 
+def test_a_missing_file_allowed_by_a_name_with_parentheses_allows_only_itself() -> None:
+    """Found by a review: `//tex/wood (1).png` was cut at its first " (", so allowing it
+    allowed every `//tex/wood…` to be missing, to render magenta."""
+    spec = _Spec(missing_assets=(
+        "//tex/wood (1).png (image 'wood (1).png'; looked for /s/tex/wood (1).png)",
+        '//tex/it\'s.png (image "it\'s"; looked for /s/tex/it\'s.png)',
+    ))  # fmt: skip
+    settings = settings_from_spec(spec, device="CPU", threads=0)
+    assert settings.allow_missing == ("//tex/wood (1).png", "//tex/it's.png")
+
+
 def test_settings_from_spec_round_an_odd_scene_size_for_the_video() -> None:
     spec = _Spec(resolution=_Res(320, 240), scene=_Scene(render_size=(321, 241)))
     settings = settings_from_spec(spec, device="CPU", threads=0)
@@ -165,14 +176,23 @@ def test_settings_from_an_old_spec_without_a_scene_keep_its_values() -> None:
     assert settings.device == "OPTIX"
 
 
-def test_script_line_needs_this_runs_nonce_on_a_whole_line() -> None:
+def test_script_line_needs_this_runs_nonce_and_a_whole_body() -> None:
     line = f'FARM-FRAME {NONCE} {{"frame": 3, "files": ["frame_000003.exr"]}}'
-    assert script_line(line, NONCE) == ScriptLine(
-        kind="FRAME", body={"frame": 3, "files": ["frame_000003.exr"]}
-    )
+    frame = ScriptLine(kind="FRAME", body={"frame": 3, "files": ["frame_000003.exr"]})
+    assert script_line(line, NONCE) == frame
     assert script_line(line, "f" * 32) is None
-    assert script_line("Fra:1 | Synchronizing object | " + line, NONCE) is None
     assert script_line(f"FARM-FRAME {NONCE} not json", NONCE) is None
+    assert script_line(line + " and more", NONCE) is None
+
+
+def test_a_frame_line_behind_part_of_a_line_of_blenders_is_still_read() -> None:
+    """Found by a review: Blender's C output is buffered apart from Python's, and a part of a
+    line of its own written just before the frame's line hid it; the chunk then failed with
+    "frames were not saved"."""
+    line = f'FARM-FRAME {NONCE} {{"frame": 3, "files": ["frame_000003.exr"]}}'
+    assert script_line("Fra:1 Mem:12.00M | Synchronizing object | Cu" + line, NONCE) == (
+        ScriptLine(kind="FRAME", body={"frame": 3, "files": ["frame_000003.exr"]})
+    )
 
 
 def _frame_line(frame: int, files: list[str], preview: str) -> ScriptLine:

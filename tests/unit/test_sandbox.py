@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
-from farm.sandbox import Box, minimal_env, tmpfs_cap, unwrapped_returncode, wrap
+import pytest
+
+from farm.sandbox import Box, minimal_env, tmpfs_cap, unwrapped_returncode, userns_cap, wrap
 
 WORKER_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -78,3 +82,39 @@ def test_a_bwrap_without_size_gets_an_uncapped_tmp_rather_than_no_box(tmp_path: 
     assert "--size" not in argv and argv.count("--tmpfs") == 2
     capped = wrap(["true"], Box(writable=(tmp_path,)), environ={})
     assert capped[capped.index("--size") + 1] == str(256 * 1024 * 1024)
+
+
+def test_code_in_the_box_cannot_make_a_user_namespace_of_its_own(tmp_path: Path) -> None:
+    """Found by a review: inside the box a crafted scene's code could unshare a user namespace,
+    and hold every capability again in it (the first step of the usual kernel exploits).
+    Runs the real bwrap: this is what a render's box does."""
+    bwrap = shutil.which("bwrap")
+    assert bwrap, "bubblewrap is part of the setup (make setup)"
+    assert userns_cap(bwrap), "bubblewrap 0.8+ (Debian 12's) has --disable-userns"
+    box = Box(writable=(tmp_path,), bwrap=bwrap, no_userns=True)
+    argv = wrap(["unshare", "--user", "true"], box)
+    assert argv[1:4] == ["--unshare-all", "--unshare-user", "--disable-userns"]
+    refused = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert refused.returncode != 0 and "unshare failed" in refused.stderr
+    allowed = wrap(["unshare", "--user", "true"], Box(writable=(tmp_path,), bwrap=bwrap))
+    assert subprocess.run(allowed, capture_output=True, check=False).returncode == 0  # before
+
+
+def test_a_host_where_bwrap_cannot_make_a_box_refuses_to_start_a_render_worker(
+    tmp_path: Path,
+) -> None:
+    """Found by a review: in a container run without the rights bwrap needs, the worker started
+    (bwrap was installed) and every chunk of every job failed in milliseconds."""
+    from farm.errors import ConfigError
+    from farm.settings import Settings
+    from workers.box import check_host
+
+    refusing = tmp_path / "bwrap"
+    refusing.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    )
+    refusing.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"cannot make a box on this host \(bwrap: No perm"):
+        check_host(Settings(), ["render", "stitch"], bwrap=str(refusing))
+    check_host(Settings(), ["stitch"], bwrap=str(refusing))  # renders nothing: no box needed
+    check_host(Settings(), ["render"])  # this host's bwrap makes one
