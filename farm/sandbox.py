@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -36,7 +37,8 @@ TMPFS_BYTES = 256 * 1024 * 1024
 memory. Blender's and Python's temporary files go to TMPDIR, on disk in the box's home."""
 HIDDEN = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
 """Files in the system dirs a worker running as root could read (their owner's bits): empty
-inside the box."""
+inside the box, with every other file and folder of /etc that not everyone may read
+(`private_system_paths`)."""
 ENV_FORBIDDEN = ("FARM_", "AWS_", "REDIS", "CELERY", "FLOWER")
 """Prefixes never passed on, whatever the caller asks: these carry the farm's credentials."""
 
@@ -124,10 +126,35 @@ def wrap(argv: Sequence[str], box: Box, environ: Mapping[str, str] | None = None
     # Parents before children, so a writable folder inside a read-only tree stays writable.
     for flag, path in sorted(mounts, key=lambda m: (m[1].count("/"), m[1])):
         out += [flag, path, path]
-    for secret in filter(os.path.exists, HIDDEN):  # bwrap cannot make one in a read-only /etc
-        out += ["--ro-bind", "/dev/null", secret]
+    files, folders = private_system_paths()
+    for secret in sorted({*filter(os.path.exists, HIDDEN), *files}):
+        out += ["--ro-bind", "/dev/null", secret]  # bwrap cannot make one in a read-only /etc
+    for folder in folders:
+        out += ["--tmpfs", folder, "--remount-ro", folder]
     out += ["--chdir", home, "--", *argv]
     return out
+
+
+@functools.cache
+def private_system_paths(root: str = "/etc") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The files and folders under `root` that not everyone may read (a Redis config with its
+    password, TLS private keys, shadow's backups, a database's access rules): a worker running
+    as root, or in their group, could, so inside the box they are empty. Read once a process."""
+    files: list[str] = []
+    folders: list[str] = []
+    for here, subdirs, names in os.walk(root, onerror=lambda _: None):
+        for name in list(subdirs):
+            path = os.path.join(here, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode) and mode & 0o005 != 0o005:  # not everyone may list or enter
+                folders.append(path)
+                subdirs.remove(name)
+        for name in names:
+            path = os.path.join(here, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode) and not mode & 0o004:
+                files.append(path)
+    return tuple(sorted(files)), tuple(sorted(folders))
 
 
 @functools.cache

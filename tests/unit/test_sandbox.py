@@ -50,7 +50,10 @@ def test_wrap_has_no_network_a_clean_env_and_the_program_last() -> None:
         "CUDA_VISIBLE_DEVICES", "HOME", "LANG", "PATH", "TMPDIR", "TZ"
     ]  # fmt: skip
     assert "--cap-drop" in argv and argv[argv.index("--cap-drop") + 1] == "ALL"
-    assert not any("pw" in a or "FARM_" in a or "AWS_" in a for a in argv)
+    passed = [
+        a for i, a in enumerate(argv) if argv[i - 1] in ("--setenv", *flag_pairs(argv, "--setenv"))
+    ]
+    assert not any("pw" in a or "FARM_" in a or "AWS_" in a for a in passed)
     assert flag_pairs(argv, "--bind") == ["/s/jobs/j/frames", "/s/jobs/j/render-00001"]
     assert "/s/jobs/j/tree" in flag_pairs(argv, "--ro-bind")
     assert flag_pairs(argv, "--chdir") == ["/s/jobs/j/render-00001"]
@@ -79,7 +82,7 @@ def test_a_bwrap_without_size_gets_an_uncapped_tmp_rather_than_no_box(tmp_path: 
     old.chmod(0o755)
     assert tmpfs_cap(str(old)) == 0
     argv = wrap(["true"], Box(writable=(tmp_path,), bwrap=str(old), tmpfs_bytes=0), environ={})
-    assert "--size" not in argv and argv.count("--tmpfs") == 2
+    assert "--size" not in argv and flag_pairs(argv, "--tmpfs")[:2] == ["/tmp", "/run"]
     capped = wrap(["true"], Box(writable=(tmp_path,)), environ={})
     assert capped[capped.index("--size") + 1] == str(256 * 1024 * 1024)
 
@@ -118,3 +121,24 @@ def test_a_host_where_bwrap_cannot_make_a_box_refuses_to_start_a_render_worker(
         check_host(Settings(), ["render", "stitch"], bwrap=str(refusing))
     check_host(Settings(), ["stitch"], bwrap=str(refusing))  # renders nothing: no box needed
     check_host(Settings(), ["render"])  # this host's bwrap makes one
+
+
+def test_what_not_everyone_may_read_in_etc_is_empty_inside_the_box(tmp_path: Path) -> None:
+    """Found by a review: a worker running as root boxed /etc whole, and with it what only root
+    may read: a Redis config with its password, TLS private keys, shadow's backup."""
+    from farm.sandbox import private_system_paths
+
+    etc = tmp_path / "etc"
+    (etc / "redis").mkdir(parents=True)
+    (etc / "redis" / "redis.conf").write_text("requirepass s3cret\n")
+    (etc / "redis").chmod(0o750)
+    (etc / "shadow-").write_text("root:$6$...\n")
+    (etc / "shadow-").chmod(0o600)
+    (etc / "fonts.conf").write_text("<fontconfig/>\n")
+    files, folders = private_system_paths(str(etc))
+    assert (files, folders) == ((str(etc / "shadow-"),), (str(etc / "redis"),))
+    private_system_paths.cache_clear()
+    argv = wrap(["true"], Box(writable=(tmp_path,)), environ={})
+    files, folders = private_system_paths()
+    assert all(argv[argv.index(f) - 1] == "/dev/null" for f in files)
+    assert all(argv[argv.index(d) - 1] == "--tmpfs" for d in folders)
