@@ -70,7 +70,7 @@ CHUNK_MOVE = (
     + r"""
 local c = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempt', 'retry', 'claims', 'started',
   'claimed_at', 'lease_expires', 'price_per_s', 'instance_type', 'lifecycle', 'index',
-  'alone_per_s', 'accruing')
+  'alone_per_s', 'accruing', 'lane')
 local state = c[1]
 if not state then return {'missing', '', ''} end
 local j = redis.call('HMGET', KEYS[2], 'state', 'max_cost')
@@ -159,6 +159,7 @@ if mode == 'claim' then
   if not c[6] then set('started', ARGV[9]) end
   set('claimed_at', ARGV[9])
   set('alone_per_s', '0')  -- a claim in the encode lane records its own (workers.alongside)
+  set('lane', '0')
   -- The money a running attempt spends before it ends, for the job's spend (farm.cost):
   -- now * run_per_s - run_base over the job's running attempts; taken back at the attempt's end.
   local per_s = tonumber(fields['price_per_s'] or '0') or 0
@@ -203,23 +204,25 @@ if mode ~= 'claim' and claimed and HELD[state] then
   local per_s = tonumber(c[9] or '0') or 0
   local alone = math.min(math.max(tonumber(fields['alone_s'] or '0') or 0, 0), secs)
   local cost = secs * per_s + alone * (tonumber(c[13] or '0') or 0)
+  -- The instance's GPU-seconds: a lane encode's seconds beside a paid attempt are that attempt's.
+  local gpu_s = (c[15] == '1') and alone or secs
   local where = (c[10] or 'unknown') .. ':' .. (c[11] or 'local')
   local useful = USEFUL[target] == true
   if jstate == 'paused' then redis.call('HSET', KEYS[2], 'held_end', ended) end
-  redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s', secs)
+  redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s', gpu_s)
   redis.call('HINCRBYFLOAT', KEYS[4], 'cost', cost)
   redis.call('HINCRBY', KEYS[4], 'attempts', 1)
-  redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s:' .. where, secs)
+  redis.call('HINCRBYFLOAT', KEYS[4], 'gpu_s:' .. where, gpu_s)
   if useful then
     local startup = math.min(tonumber(fields['blender_startup_s'] or 0) or 0, secs)
     redis.call('HINCRBYFLOAT', KEYS[4], 'startup_gpu_s', startup)
     redis.call('HINCRBYFLOAT', KEYS[4], 'startup_cost', startup * per_s)
   else
-    redis.call('HINCRBYFLOAT', KEYS[4], 'wasted_gpu_s', secs)
+    redis.call('HINCRBYFLOAT', KEYS[4], 'wasted_gpu_s', gpu_s)
     redis.call('HINCRBYFLOAT', KEYS[4], 'wasted_cost', cost)
     redis.call('HINCRBY', KEYS[4], 'wasted_attempts', 1)
   end
-  redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s', secs)
+  redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s', gpu_s)
   redis.call('HINCRBYFLOAT', KEYS[1], 'cost', cost)
   redis.call('HDEL', KEYS[1], 'claimed_at', 'accruing')
   local accrued = tonumber(c[14] or '')  -- its share of the running spend, now metered above

@@ -41,8 +41,9 @@ _lane = threading.local()
 
 def claim_fields(meter: Mapping[str, str]) -> dict[str, str]:
     """What a claim in the lane records over the worker's meter: no price while a paid attempt
-    runs beside it, the instance's price for its seconds alone."""
-    return {"price_per_s": "0", "alone_per_s": meter.get("price_per_s", "0")}
+    runs beside it, the instance's price for its seconds alone; `lane` counts only those as the
+    instance's GPU-seconds (the others are the paid attempt's already)."""
+    return {"price_per_s": "0", "alone_per_s": meter.get("price_per_s", "0"), "lane": "1"}
 
 
 def end_fields() -> dict[str, Any]:

@@ -82,6 +82,12 @@ def test_an_encode_in_the_lane_pays_only_for_its_seconds_with_no_render_beside_i
     assert cost.job_cost(ledger.cost_record("j1")).spent == pytest.approx(
         renders + beside["cost"] + last["cost"]
     )
+    # The instance's GPU-seconds: the encode beside a render adds only its 0.05 s alone (found
+    # by a review: its whole time was counted again, on top of the render's).
+    render_s = sum(records[(i, "rendering")]["s"] for i in (0, 1))
+    assert cost.job_cost(ledger.cost_record("j1")).gpu_s == pytest.approx(
+        render_s + 0.05 + last["s"]
+    )
     _job(ledger, "j2")
     token = ledger.move_chunk("j2", 0, ChunkState.RENDERING, mode="claim", lease_s=30).token
     assert ledger.chunk("j2", 0)["alone_per_s"] == "0"

@@ -109,4 +109,5 @@ def test_only_an_attempt_in_the_lane_reports_its_seconds_alone_and_claims_at_no_
     assert claim_fields({"price_per_s": "0.0002", "instance_type": "g5.xlarge"}) == {
         "price_per_s": "0",
         "alone_per_s": "0.0002",
+        "lane": "1",
     }
