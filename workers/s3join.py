@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from farm.errors import FarmError, ObjectChanged, PermanentError
+from farm.errors import FarmError, ObjectChanged, ObjectMissing, PermanentError
 from farm.ledger import Ledger
 from farm.ledger_jobs import EARLY_PART, EARLY_UPLOAD
 from farm.probe import (
@@ -37,6 +37,10 @@ from workers.mp4track import CannotJoin, Track, scan_track
 log = logging.getLogger(__name__)
 
 S3COPY = "s3copy"
+UNJOINABLE = (
+    "the video cannot be joined without it, and no retry makes a done chunk again: submit the "
+    "job again (a lifecycle rule that expires segments before the stitch, or a deletion, does this)"
+)
 MIN_PART_BYTES = 5 << 20
 """S3's least part size, for every part but the last (SeaweedFS does not insist; S3 does)."""
 MAX_PARTS = 10_000
@@ -182,11 +186,12 @@ def read_segment_track(store: Store, ref: Segment) -> Track:
         head, size_bytes, etag = store.get_range(ref.key, 0, HEAD_BYTES, etag=ref.etag)
     except ObjectChanged:
         size_bytes, etag = -1, "another"
+    except ObjectMissing as exc:  # no retry of the read brings it back
+        raise PermanentError(f"segment {ref.index} is gone from the store; {UNJOINABLE}") from exc
     if size_bytes != ref.size_bytes or etag != ref.etag:
         raise PermanentError(
             f"segment {ref.index} does not match its manifest ({size_bytes} bytes stored, "
-            f"{ref.size_bytes} recorded; ETag {etag}, recorded {ref.etag}); retry chunk "
-            f"{ref.index}"
+            f"{ref.size_bytes} recorded; ETag {etag}, recorded {ref.etag}); {UNJOINABLE}"
         )
 
     def read(at: int, n: int) -> bytes:

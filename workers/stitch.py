@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from farm import keys
-from farm.errors import FarmError, PermanentError
+from farm.errors import FarmError, ObjectMissing, PermanentError
 from farm.ledger_jobs import EARLY_PART, EARLY_UPLOAD
 from farm.probe import Streams
 from farm.spec import JobSpec, fps_fraction
@@ -29,6 +29,7 @@ from workers.context import WorkerContext
 from workers.ffgraph import concat_argv
 from workers.join import check_tables, join_segments, probe_joined
 from workers.mp4track import CannotJoin
+from workers.s3join import UNJOINABLE
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +113,12 @@ def first_frame(manifest: dict[str, Any], index: int) -> tuple[int, int]:
 def fetch_segment(ctx: WorkerContext, ref: SegmentRef, work: Path) -> Path:
     """Download a segment and check it against its manifest."""
     local = work / Path(ref.key).name
-    ctx.store.get_file(ref.key, local)
+    try:
+        ctx.store.get_file(ref.key, local)
+    except ObjectMissing as exc:  # no retry of the download brings it back
+        raise PermanentError(f"segment {ref.index} is gone from the store; {UNJOINABLE}") from exc
     if local.stat().st_size != ref.size_bytes or sha256_file(local) != ref.sha256:
-        raise PermanentError(
-            f"segment {ref.index} does not match its manifest; retry chunk {ref.index}"
-        )
+        raise PermanentError(f"segment {ref.index} does not match its manifest; {UNJOINABLE}")
     return local
 
 

@@ -301,6 +301,18 @@ def test_a_join_that_fails_midway_leaves_no_upload_behind(
     assert not store.exists("out/failed.mp4")
 
 
+def test_a_segment_gone_from_the_store_fails_the_stitch_at_once_saying_what_to_do(
+    store: Store, big: tuple[list[Path], list[SegmentRef]]
+) -> None:
+    """Found by a review: a segment gone from the store (a lifecycle rule, a deletion) was read
+    again as a transient error until the stitch gave up, and the errors said to retry a chunk,
+    which no retry does for a done one."""
+    copies = stored(store, "gone", big[0])
+    store.delete(copies[2].key)
+    with pytest.raises(PermanentError, match=r"segment 2 is gone from the store; .*submit the job"):
+        s3join.plan(store, copies, BIG_FRAMES * len(copies))
+
+
 def test_a_segment_replaced_after_its_manifest_is_refused_not_joined(
     store: Store, big: tuple[list[Path], list[SegmentRef]], tmp_path: Path
 ) -> None:
