@@ -35,6 +35,11 @@ class TransientError(FarmError):
     """A hiccup worth retrying with backoff (network, broker, object store)."""
 
 
+class NotHere(TransientError):
+    """This worker cannot do the chunk and another can (an NVENC job's encode on a host without
+    NVENC): handed back at once, counted against nothing."""
+
+
 class UnreachableError(TransientError):
     """A farm service (Redis, S3, Flower) does not answer at the configured address."""
 

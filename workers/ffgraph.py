@@ -9,14 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import ffmpeg
-
-from farm.errors import TransientError
-
-if TYPE_CHECKING:
-    from farm.ledger import Ledger
 
 SOFTWARE = {
     "h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "hevc10": "libx265",
@@ -64,20 +58,6 @@ GLOBAL_ARGS = ("-hide_banner", "-nostdin", "-loglevel", "error", "-y")
 
 def choose_encoder(codec: str, nvenc: bool) -> str:
     return NVENC[codec] if nvenc and codec in NVENC else SOFTWARE[codec]
-
-
-def job_encoder(ledger: Ledger, job_id: str, mine: str) -> str:
-    """The job's one encoder: the first encode's choice, recorded on the job. Segments made by
-    different encoders cannot be joined by stream copy, and a fleet may mix NVENC hosts with
-    hosts that encode in software. A software encoder runs on every host; a host without
-    NVENC hands a chunk of an NVENC job back, uncounted, to one that has it."""
-    chosen = ledger.job_field_once(job_id, "encoder", mine) or mine
-    if chosen == mine or chosen in SOFTWARE.values():
-        return chosen
-    raise TransientError(
-        f"job {job_id}'s segments are {chosen}, which this worker cannot run (no NVENC); "
-        "left to a worker with NVENC"
-    )
 
 
 def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, object]:

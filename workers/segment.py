@@ -8,17 +8,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from farm import keys
-from farm.errors import FramesMissing, ObjectMissing, PermanentError
+from farm.errors import FramesMissing, NotHere, ObjectMissing, PermanentError
 from farm.probe import probe_streams
 from farm.spec import fps_fraction
 from farm.store import sha256_file
 from workers import blender, s3join
 from workers.attempt import ChunkAttempt, Outcome, segment_manifest
 from workers.context import WorkerContext
-from workers.ffgraph import EncodeSettings, choose_encoder, frames_to_segment_argv, job_encoder
+from workers.ffgraph import SOFTWARE, EncodeSettings, choose_encoder, frames_to_segment_argv
 
 log = logging.getLogger(__name__)
 
@@ -76,22 +77,58 @@ def gather_frames(
     return entries
 
 
+def job_encoder(
+    ctx: WorkerContext, job: Mapping[str, str], mine: str, codec: str, *, auto: bool = True
+) -> str:
+    """The job's one encoder, recorded on the job by its first encode: segments made by
+    different encoders cannot be joined by stream copy, and a fleet may mix NVENC hosts with
+    hosts that encode in software. `mine`: what this worker would use; `auto`: the job let the
+    farm choose (no --encoder), so a fleet with both kinds of encode host makes it software,
+    which every host runs. A job from before this was recorded keeps its done chunks' encoder.
+    A host without NVENC hands an NVENC job's chunk back (NotHere) while a host with NVENC is
+    up, and fails it once none is."""
+    job_id, software = job["id"], SOFTWARE[codec]
+    chosen = job.get("encoder", "")
+    if not chosen:  # the job's first encodes: read what the farm has, once a job
+        done = next((c["encoder"] for c in ctx.ledger.chunks(job_id) if c.get("encoder")), "")
+        if (
+            not done
+            and auto
+            and mine != software
+            and any(
+                "encode" in w.get("queues", ()) and not w.get("nvenc")
+                for w in ctx.ledger.workers().values()
+            )
+        ):
+            mine = software
+        chosen = ctx.ledger.job_field_once(job_id, "encoder", done or mine) or mine
+    if chosen == mine or chosen in SOFTWARE.values():
+        return chosen
+    if not any(
+        "encode" in w.get("queues", ()) and w.get("nvenc") for w in ctx.ledger.workers().values()
+    ):
+        raise PermanentError(
+            f"job {job_id}'s segments are {chosen}, and no worker with NVENC is left to make the "
+            "rest: add one, or cancel the job and submit it again"
+        )
+    raise NotHere(f"job {job_id}'s segments are {chosen}: this worker has no NVENC")
+
+
 def segment_chunk(attempt: ChunkAttempt) -> Outcome:
     """Frames -> verified segment -> upload; the manifest is written last by the attempt."""
     ctx, job_id, index = attempt.ctx, attempt.job_id, attempt.index
     started = time.monotonic()
     spec, frames = attempt.spec, attempt.frames
+    codec = str(spec.codec)
+    # Before any frame is fetched: a chunk this worker cannot encode goes back at once.
+    encoder = job_encoder(ctx, attempt.job, choose_encoder(codec, ctx.caps.nvenc), codec)
     seq_dir = attempt.fresh_workspace() / "seq"
     seq_dir.mkdir()
     entries = gather_frames(ctx, job_id, frames, seq_dir, attempt.records)
     gathered_s = time.monotonic() - started
     # Frames this worker rendered are hard links; the rest came from the store (bytes moved).
     fetched_bytes = sum(p.stat().st_size for p in seq_dir.iterdir() if p.stat().st_nlink == 1)
-    settings = EncodeSettings(
-        codec=str(spec.codec),
-        encoder=job_encoder(ctx.ledger, job_id, choose_encoder(str(spec.codec), ctx.caps.nvenc)),
-        fps=fps_fraction(spec.fps),
-    )
+    settings = EncodeSettings(codec=codec, encoder=encoder, fps=fps_fraction(spec.fps))
     segment = attempt.workspace / f"{index:05d}.{spec.codec.container}"
     argv = frames_to_segment_argv(
         ffmpeg_bin=ctx.settings.ffmpeg,

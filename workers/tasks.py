@@ -23,6 +23,7 @@ from farm.errors import (
     FarmError,
     FramesMissing,
     LeaseLost,
+    NotHere,
     PermanentError,
     StoreRefused,
     TransientError,
@@ -187,7 +188,8 @@ def _run_phase(
         if not token:  # failed before the claim: the chunk is untouched, the message is not
             resend(jittered_backoff_s(2))
             return {"job_id": job_id, "chunk": chunk, "handed_back": str(exc)}
-        transients = 0 if interrupted else ctx.ledger.bump(job_id, chunk, "transients")
+        counted = not interrupted and not isinstance(exc, NotHere)
+        transients = ctx.ledger.bump(job_id, chunk, "transients") if counted else 0
         if transients > MAX_TRANSIENT:
             return _fail(ctx, job_id, chunk, phase, token, PermanentError(
                 f"gave up after {transients} transient errors; the last: {exc}"
@@ -203,7 +205,7 @@ def _run_phase(
                 error=f"transient: {exc}", only_from=_ours(phase),
             )  # fmt: skip
         if move.moved and move.target != ChunkState.FAILED:
-            resend(0 if interrupted else jittered_backoff_s(transients))
+            resend(0 if interrupted else jittered_backoff_s(max(transients, 1)))
         return {"job_id": job_id, "chunk": chunk, "handed_back": str(exc)}
     except PermanentError as exc:
         return _fail(ctx, job_id, chunk, phase, attempt.held(), exc)

@@ -17,7 +17,8 @@ from farm.proc import capture
 from farm.spec import EncoderChoice, JobSpec
 from workers.attempt import ChunkAttempt, Outcome, segment_manifest
 from workers.context import WorkerContext
-from workers.ffgraph import EncodeSettings, choose_encoder, job_encoder
+from workers.ffgraph import EncodeSettings, choose_encoder
+from workers.segment import job_encoder
 from workers.source import fetch_source
 from workers.transcode_graph import SegmentCut, default_quality, seek_seconds, segment_argv
 
@@ -74,8 +75,9 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     spec, frames = attempt.spec, attempt.frames
     assert spec.master is not None, "transcode jobs carry their master's probe"
     encoder = job_encoder(
-        ctx.ledger, attempt.job_id, pick_encoder(spec, ctx.caps.nvenc, ctx.caps.nvenc_error)
-    )
+        ctx, attempt.job, pick_encoder(spec, ctx.caps.nvenc, ctx.caps.nvenc_error),
+        str(spec.codec), auto=spec.encoder is EncoderChoice.AUTO,
+    )  # fmt: skip
     settings = EncodeSettings(
         codec=str(spec.codec),
         encoder=encoder,

@@ -625,14 +625,48 @@ def test_a_job_keeps_the_encoder_its_first_segment_was_made_with(ctx: WorkerCont
     """Found by a review: on a fleet mixing NVENC hosts with hosts that encode in software, a
     job's segments came from both encoders, and the stitch could never join them: every frame
     rendered, the job failed, and no retry could mend it."""
-    from farm.errors import TransientError
-    from workers.ffgraph import job_encoder
+    from farm.errors import NotHere
+    from workers.segment import job_encoder
 
-    make_job(ctx.ledger, "soft")
-    assert job_encoder(ctx.ledger, "soft", "libx264") == "libx264"
-    assert job_encoder(ctx.ledger, "soft", "h264_nvenc") == "libx264"  # NVENC hosts follow
-    make_job(ctx.ledger, "gpu")
-    assert job_encoder(ctx.ledger, "gpu", "h264_nvenc") == "h264_nvenc"
-    with pytest.raises(TransientError, match="segments are h264_nvenc, which this worker"):
-        job_encoder(ctx.ledger, "gpu", "libx264")  # handed back, uncounted
-    assert ctx.ledger.job("gpu")["encoder"] == "h264_nvenc"
+    def job(job_id: str) -> dict[str, str]:
+        make_job(ctx.ledger, job_id)
+        return ctx.ledger.job(job_id)
+
+    gpu = {"queues": ["render", "encode", "stitch"], "nvenc": True}
+    cpu = {"queues": ["render", "encode", "stitch"], "nvenc": False}
+    ctx.ledger.heartbeat("gpu@1", gpu)
+    # An NVENC fleet: NVENC, kept by the job.
+    assert job_encoder(ctx, job("nv"), "h264_nvenc", "h264") == "h264_nvenc"
+    assert ctx.ledger.job("nv")["encoder"] == "h264_nvenc"
+    # A host without NVENC joins: it hands that job's chunks back, uncounted (NotHere)...
+    ctx.ledger.heartbeat("cpu@1", cpu)
+    with pytest.raises(NotHere, match="segments are h264_nvenc: this worker has no NVENC"):
+        job_encoder(ctx, ctx.ledger.job("nv"), "libx264", "h264")
+    # ...and a new job on the mixed fleet is software on every host, NVENC ones too.
+    assert job_encoder(ctx, job("mixed"), "h264_nvenc", "h264") == "libx264"
+    assert job_encoder(ctx, ctx.ledger.job("mixed"), "h264_nvenc", "h264") == "libx264"
+    # A transcode that asked for NVENC (--encoder nvenc) keeps it.
+    assert job_encoder(ctx, job("asked"), "h264_nvenc", "h264", auto=False) == "h264_nvenc"
+    # A job from before the encoder was recorded keeps its done chunks' one.
+    old = job("old")
+    ctx.ledger.set_chunk_fields("old", 0, encoder="h264_nvenc")
+    assert job_encoder(ctx, old, "h264_nvenc", "h264") == "h264_nvenc"
+    # With no NVENC host left, the NVENC job's chunk fails, saying so (it would bounce for ever).
+    ctx.ledger.r.hdel(keys.r_workers(), "gpu@1")
+    with pytest.raises(PermanentError, match="no worker with NVENC is left"):
+        job_encoder(ctx, ctx.ledger.job("nv"), "libx264", "h264")
+
+
+def test_a_chunk_handed_back_to_another_worker_is_counted_against_nothing(
+    ctx: WorkerContext,
+) -> None:
+    from farm.errors import NotHere
+
+    run(ctx, 0, RENDER, succeed)
+    result = run(ctx, 0, SEGMENT, raising(NotHere("this worker has no NVENC")))
+    chunk = ctx.ledger.chunk("j1", 0)
+    assert "handed_back" in result
+    assert (chunk["state"], chunk.get("transients", "0"), chunk["failures"]) == (
+        SEGMENT.on_failure, "0", "0",
+    )  # fmt: skip
+    assert sent(ctx)[-1] == ("segment", "j1", 0)
