@@ -233,17 +233,21 @@ def spend_of(
 ) -> Spend:
     """`job`: the ledger's job hash (frames_total, max_cost, est_cost_per_frame, state)."""
     total = int(job.get("frames_total", 0) or 0)
-    # An ended job's figure is what was metered: an attempt still running after a cancel adds
-    # its seconds when it ends.
+    # An ended job's figure is what was metered (a cancel meters its running attempts then).
     running = (
         0.0 if job.get("state") in ENDED else cost.running(time.time() if now is None else now)
     )
-    rest = expected_to_finish(
-        spent=cost.spent + running,
-        frames_done=frames_done,
-        frames_total=total,
-        prior_per_frame=float(job.get("est_cost_per_frame") or 0),
-    )
+    prior = float(job.get("est_cost_per_frame") or 0)
+    if cost.attempts or cost.spent:  # an attempt has been metered
+        rest = expected_to_finish(
+            spent=cost.spent + running, frames_done=frames_done, frames_total=total,
+            prior_per_frame=prior,
+        )  # fmt: skip
+    else:
+        # No attempt has ended: what the first ones have spent is mostly start-up and frames
+        # under way, a pace many times a frame's (a budget would pause a job well within it).
+        # The submit-time estimate's pace holds until one ends.
+        rest = max(total - frames_done, 0) * prior
     if job.get("state") in ENDED:
         rest = 0.0
     return Spend(

@@ -162,11 +162,20 @@ if mode == 'claim' then
   set('lane', '0')
   -- The money a running attempt spends before it ends, for the job's spend (farm.cost):
   -- now * run_per_s - run_base over the job's running attempts; taken back at the attempt's end.
+  -- 'accruing' still here: the attempt before was ended by a script from before this meter,
+  -- which did not take its share back; it is taken back now.
+  local stale_s, stale_at = string.match(c[14] or '', '^(%S+) (%S+)$')
+  if stale_s then
+    redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', -tonumber(stale_s))
+    redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', -tonumber(stale_s) * tonumber(stale_at))
+  end
   local per_s = tonumber(fields['price_per_s'] or '0') or 0
   if per_s > 0 then
     redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', per_s)
     redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', per_s * tonumber(ARGV[9]))
-    set('accruing', fields['price_per_s'])
+    set('accruing', fields['price_per_s'] .. ' ' .. ARGV[9])
+  elseif stale_s then
+    redis.call('HDEL', KEYS[1], 'accruing')
   end
 elseif mode == 'fail' or mode == 'expire' then
   -- A failure spends the chunk's budget; a lost lease (a worker that vanished) spends a
@@ -225,10 +234,11 @@ if mode ~= 'claim' and claimed and HELD[state] then
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s', gpu_s)
   redis.call('HINCRBYFLOAT', KEYS[1], 'cost', cost)
   redis.call('HDEL', KEYS[1], 'claimed_at', 'accruing')
-  local accrued = tonumber(c[14] or '')  -- its share of the running spend, now metered above
-  if accrued then
-    redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', -accrued)
-    redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', -accrued * claimed)
+  -- Its share of the running spend, metered above now: taken back as it was added.
+  local accrued_s, accrued_at = string.match(c[14] or '', '^(%S+) (%S+)$')
+  if accrued_s then
+    redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', -tonumber(accrued_s))
+    redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', -tonumber(accrued_s) * tonumber(accrued_at))
   end
   set('last_attempt_s', secs)
   redis.call('RPUSH', KEYS[5], cjson.encode({chunk = tonumber(c[12]),
