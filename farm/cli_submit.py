@@ -14,7 +14,7 @@ import click
 
 from farm.errors import SpecError
 from farm.ledger import Ledger
-from farm.report import advance, job_summary, progress_bar, progress_line
+from farm.report import advance, job_summary, printable, progress_bar, progress_line
 from farm.settings import Settings, command_settings
 from farm.spec import JobSpec, build_render_spec, check_scene_path, provenance
 from farm.state import ENDED, JobState
@@ -143,7 +143,7 @@ def submit(
             segment_frames=segment_frames,
         )
         if note := vfr_note(spec):
-            click.echo(note, err=True)
+            click.echo(printable(note), err=True)
         traced = None
     else:
         scene_flags = {"frames": frames, "resolution": resolution, "fps": fps,
@@ -227,15 +227,17 @@ def _render_spec(
             source_name=path.name, chunk_size=chunk_size, codec=codec, scene=scene, **scene_flags
         )
         if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
-            click.echo(f"note: {note}", err=True)
+            click.echo(printable(f"note: {note}"), err=True)
         traced = trace_scene(path, config)
     finally:
         close_all_cached()
     require_complete(traced.manifest, allow_missing=allow_missing)
     for missing in traced.manifest.missing:
-        click.echo(f"warning: missing, rendering without it: {missing}", err=True)
+        click.echo(printable(f"warning: missing, rendering without it: {missing}"), err=True)
     for path_text in traced.manifest.unremapped:
-        click.echo(f"warning: absolute path inside a linked library: {path_text}", err=True)
+        click.echo(
+            printable(f"warning: absolute path inside a linked library: {path_text}"), err=True
+        )
     return spec, traced
 
 
@@ -344,10 +346,10 @@ def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]
         reason = ledger.job(job_id).get("paused_reason", "")
         if "farm resume" not in reason:
             reason += f"; `farm resume {job_id}` continues it"
-        click.echo(f"job {job_id} paused: {reason}; `farm status {job_id} --wait` follows it "
-                   "again", err=True)  # fmt: skip
+        said = f"job {job_id} paused: {reason}; `farm status {job_id} --wait` follows it again"
+        click.echo(printable(said), err=True)
     else:
-        click.echo(f"job {job_id} {summary['state']}: {summary['error']}", err=True)
+        click.echo(printable(f"job {job_id} {summary['state']}: {summary['error']}"), err=True)
     return summary
 
 

@@ -56,7 +56,7 @@ class Reconciler:
         stitch_orphan_after_s: float = 900.0,
         store: Store | None = None,
         early_upload_keep_s: float = 24 * 3600.0,
-        worker_gone_s: float = 60.0,
+        worker_gone_s: float = 120.0,
     ) -> None:
         self.ledger = ledger
         self.dispatch = dispatch
@@ -66,7 +66,8 @@ class Reconciler:
         self.orphan_after_s = orphan_after_s
         self.stitch_orphan_after_s = stitch_orphan_after_s
         self.worker_gone_s = worker_gone_s
-        """A worker not heard from for this long is gone (it beats every 5 s)."""
+        """A worker not heard from for this long is gone (it beats every 5 s, by its own clock:
+        the margin covers a clock that is off by a minute)."""
         self._next_orphan_sweep = 0.0
         self._next_upload_sweep = 0.0
 

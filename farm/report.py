@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.segment import Segment
 from rich.table import Table
 
 from farm.cost import money
@@ -37,6 +38,18 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+class Printable:
+    """A renderable drawn with its text through `printable`: for a live view (farm watch),
+    whose frames go straight to the terminal, not through to_text."""
+
+    def __init__(self, inner: RenderableType) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.inner, options):
+            yield Segment(printable(segment.text), segment.style, segment.control)
+
+
 def chunk_summary(chunk: dict[str, str]) -> dict[str, Any]:
     frames = json.loads(chunk.get("frames", "[]"))
     started, finished = _f(chunk.get("started")), _f(chunk.get("finished"))
@@ -54,7 +67,7 @@ def chunk_summary(chunk: dict[str, str]) -> dict[str, Any]:
         "render_s": _f(chunk.get("render_s")),
         "encode_s": _f(chunk.get("encode_s")),
         "encoder": chunk.get("encoder", ""),
-        "error": printable(chunk.get("error", "")),
+        "error": chunk.get("error", ""),
     }
 
 
@@ -68,8 +81,6 @@ def job_summary(
     running = any(c["state"] in running_states() for c in chunk_list)
     paused = paused_s(job, finished or now, running=running)
     spec = json.loads(job.get("spec", "{}"))
-    if isinstance(spec.get("source_name"), str):
-        spec["source_name"] = printable(spec["source_name"])
     return {
         "id": job.get("id", ""),
         "kind": job.get("kind", ""),
@@ -81,7 +92,7 @@ def job_summary(
         "output": job.get("output", ""),
         "chunk_size": job.get("chunk_size", ""),
         "chunk_plan": job.get("chunk_plan", ""),
-        "error": printable(job.get("error", "")),
+        "error": job.get("error", ""),
         "spec": spec,
         "created": created,
         "elapsed_s": elapsed,

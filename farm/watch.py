@@ -15,7 +15,14 @@ from rich.table import Table
 from farm.cost import money
 from farm.ledger import Ledger
 from farm.pipeline import running_states
-from farm.report import eta_s, job_summary, progress_line, status_table, terminal_clock
+from farm.report import (
+    Printable,
+    eta_s,
+    job_summary,
+    progress_line,
+    status_table,
+    terminal_clock,
+)
 
 
 def summarize(ledger: Ledger, job_id: str, with_chunks: bool = True) -> dict[str, Any]:
@@ -96,12 +103,14 @@ def farm_view(rows: list[dict[str, Any]], workers: dict[str, dict[str, Any]]) ->
     )
 
 
-def view(ledger: Ledger, job_id: str | None, limit: int = 20) -> Group:
+def view(ledger: Ledger, job_id: str | None, limit: int = 20) -> Printable:
+    """What `farm watch` draws, its text as report.printable writes it (a scene's names and
+    errors reach the terminal straight from here)."""
     workers = ledger.workers()
     if job_id:
-        return job_view(summarize(ledger, job_id), workers)
+        return Printable(job_view(summarize(ledger, job_id), workers))
     rows = [summarize(ledger, j, with_chunks=False) for j in ledger.job_ids(limit)]
-    return farm_view(rows, workers)
+    return Printable(farm_view(rows, workers))
 
 
 def watch(

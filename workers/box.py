@@ -64,7 +64,10 @@ def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) 
         )
     # A box as a chunk gets one, around `true`: a container without the rights bwrap needs
     # (Docker's default seccomp and AppArmor profiles refuse its namespaces) fails here.
-    trial = Box(writable=(), bwrap=bwrap, tmpfs_bytes=tmpfs_cap(bwrap), no_userns=userns_cap(bwrap))
+    trial = Box(
+        writable=(), devices=gpu_devices(), bwrap=bwrap, tmpfs_bytes=tmpfs_cap(bwrap),
+        no_userns=userns_cap(bwrap),
+    )  # fmt: skip
     try:
         done = subprocess.run(
             wrap(["true"], trial), capture_output=True, text=True, timeout=30, check=False

@@ -98,7 +98,8 @@ def check_tables(joined: Joined, frames: int, fps: Fraction) -> None:
 
 
 _UNREACHED = re.compile(
-    r"Connection refused|timed out|Connection reset|Network is unreachable|I/O error|"
+    r"Connection refused|timed out|Connection reset|Network is unreachable|Input/output error|"
+    r"I/O error|End of file|"
     r"Server returned 5\d\d|Server returned (?:408|429)|Name or service not known|TLS|SSL",
     re.IGNORECASE,
 )

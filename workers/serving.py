@@ -94,6 +94,7 @@ class WarmBlender:
         """Its script runs: the box's folders are bound (a ready Blender's may move now)."""
         # Bounded: a Blender that prints while no chunk reads it waits, rather than growing this.
         self._lines: queue.Queue[bytes | None] = queue.Queue(maxsize=1000)
+        self.stopped = False
         threading.Thread(target=self._read, daemon=True, name="warm-blender-out").start()
 
     def _read(self) -> None:
@@ -102,8 +103,21 @@ class WarmBlender:
             if not self.serving.is_set() and raw.strip() == SERVING.encode():
                 self.serving.set()
                 continue
-            self._lines.put(raw)
-        self._lines.put(None)
+            self._put(raw)
+        self._put(None)
+
+    def _put(self, line: bytes | None) -> None:
+        """Wait for room while a chunk may read it; once the Blender is stopped, no one will:
+        the oldest line makes room (this thread never hangs on a full queue)."""
+        while True:
+            try:
+                self._lines.put(line, timeout=1.0)
+                return
+            except queue.Full:
+                if not self.stopped:
+                    continue
+                with contextlib.suppress(queue.Empty):
+                    self._lines.get_nowait()
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -117,6 +131,7 @@ class WarmBlender:
         return self.alive()
 
     def stop(self) -> None:
+        self.stopped = True
         if self.alive():
             stop_group(self.popen.pid, 0)
         with contextlib.suppress(OSError):

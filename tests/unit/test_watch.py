@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from typing import Any
 
+from rich.console import Console
+
 from farm import cost
-from farm.report import job_summary, to_text
+from farm.report import Printable, job_summary, to_text
 from farm.watch import farm_view, job_view
 
 
@@ -84,5 +87,12 @@ def test_escape_sequences_from_a_scene_never_reach_the_terminal() -> None:
     for text in (to_text(job_view(row, {}), width=200), to_text(farm_view([row], {}), width=200)):
         assert "\x1b" not in text and "\x07" not in text
     text = to_text(job_view(row, {}), width=200)
-    assert "chunk 0 failed: \\x1b[2J" in text and "\\x1b]52;c;ZXZpbA==\\x07a.png" in text
+    assert "chunk 0 failed: \\x1b[2J" in text and "missing //tex/\\x1b]52;c;ZXZpbA==" in text
     assert "s\\x1b[31m.blend" in to_text(farm_view([row], {}), width=200)
+    # farm watch draws straight to the terminal, not through to_text.
+    live = io.StringIO()
+    Console(file=live, width=200, color_system=None, markup=False).print(
+        Printable(job_view(row, {}))
+    )
+    assert "\x1b" not in live.getvalue() and "chunk 0 failed: \\x1b[2J" in live.getvalue()
+    assert row["error"] == "chunk 0 failed: \x1b[2J"  # the data (status --json) as it is
