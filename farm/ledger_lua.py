@@ -100,6 +100,15 @@ local function claim_answer(previous, token)
   return {'ok', previous, token, target, 0, cjson.encode(job), frames_json,
     any and cjson.encode(records) or '{}'}
 end
+-- An attempt's share of the job's running spend ('accruing': "PER_S CLAIMED_AT", as its claim
+-- added it) taken back out of the cost hash's sums; true when there was one.
+local function take_back(accruing)
+  local per_s, at = string.match(accruing or '', '^(%S+) (%S+)$')
+  if not per_s then return false end
+  redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', -tonumber(per_s))
+  redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', -tonumber(per_s) * tonumber(at))
+  return true
+end
 if state == target and mode == 'claim' and c[2] and
    string.sub(c[2], -#ARGV[8] - 1) == '-' .. ARGV[8] then
   -- This very claim, sent again (its reply was lost and the client retried the same call): it
@@ -164,17 +173,13 @@ if mode == 'claim' then
   -- now * run_per_s - run_base over the job's running attempts; taken back at the attempt's end.
   -- 'accruing' still here: the attempt before was ended by a script from before this meter,
   -- which did not take its share back; it is taken back now.
-  local stale_s, stale_at = string.match(c[14] or '', '^(%S+) (%S+)$')
-  if stale_s then
-    redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', -tonumber(stale_s))
-    redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', -tonumber(stale_s) * tonumber(stale_at))
-  end
+  local stale = take_back(c[14])
   local per_s = tonumber(fields['price_per_s'] or '0') or 0
   if per_s > 0 then
     redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', per_s)
     redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', per_s * tonumber(ARGV[9]))
     set('accruing', fields['price_per_s'] .. ' ' .. ARGV[9])
-  elseif stale_s then
+  elseif stale then
     redis.call('HDEL', KEYS[1], 'accruing')
   end
 elseif mode == 'fail' or mode == 'expire' then
@@ -234,12 +239,7 @@ if mode ~= 'claim' and claimed and HELD[state] then
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s', gpu_s)
   redis.call('HINCRBYFLOAT', KEYS[1], 'cost', cost)
   redis.call('HDEL', KEYS[1], 'claimed_at', 'accruing')
-  -- Its share of the running spend, metered above now: taken back as it was added.
-  local accrued_s, accrued_at = string.match(c[14] or '', '^(%S+) (%S+)$')
-  if accrued_s then
-    redis.call('HINCRBYFLOAT', KEYS[4], 'run_per_s', -tonumber(accrued_s))
-    redis.call('HINCRBYFLOAT', KEYS[4], 'run_base', -tonumber(accrued_s) * tonumber(accrued_at))
-  end
+  take_back(c[14])  -- its share of the running spend, metered above now
   set('last_attempt_s', secs)
   redis.call('RPUSH', KEYS[5], cjson.encode({chunk = tonumber(c[12]),
     phase = state, ['end'] = target, mode = mode, s = secs, cost = cost, where = where,

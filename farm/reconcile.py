@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from farm import keys
 from farm.dispatch import Dispatcher
@@ -132,6 +132,14 @@ class Reconciler:
                 held = queued_work(self.ledger.broker_messages(str(q) for q in Queue))
             return work in held
 
+        alive: dict[str, Any] | None = None
+
+        def gone(worker: str) -> bool:
+            nonlocal alive
+            if alive is None:  # read the workers only once a stitch names one
+                alive = self.ledger.workers(self.worker_gone_s)
+            return bool(worker) and worker not in alive
+
         for job_id in self.ledger.live_job_ids():
             job = self.ledger.job(job_id)
             state = job.get("state")
@@ -141,9 +149,9 @@ class Reconciler:
                 # The stitch's worker gone (killed, reclaimed): its message is unacknowledged
                 # until the broker's visibility timeout, hours away. A second stitch of a job is
                 # harmless: the first to end moves it on, and the other finds it done.
-                worker = job.get("stitch_worker", "")
-                gone = bool(worker) and worker not in self.ledger.workers(self.worker_gone_s)
-                if gone or (overdue and not in_broker((STITCH.task, job_id, -1))):
+                if gone(job.get("stitch_worker", "")) or (
+                    overdue and not in_broker((STITCH.task, job_id, -1))
+                ):
                     self.ledger.stitch_sent_again(job_id, now)
                     self.dispatch.stitch(job_id)
                     result.resent.append((job_id, -1))

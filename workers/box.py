@@ -39,14 +39,22 @@ def render_box(
         )
     program = shutil.which(settings.blender) or settings.blender
     (workspace / "tmp").mkdir(parents=True, exist_ok=True)  # TMPDIR inside (farm.sandbox.wrap)
-    return Box(
+    return host_box(
+        bwrap,
         writable=(workspace, out_dir),
         readable=(scene.parent if tree else scene, *program_dirs(program)),
-        devices=gpu_devices(),
-        bwrap=bwrap,
-        tmpfs_bytes=tmpfs_cap(bwrap),
-        no_userns=userns_cap(bwrap),
     )
+
+
+def host_box(
+    bwrap: str, *, writable: tuple[Path, ...] = (), readable: tuple[Path, ...] = ()
+) -> Box:
+    """A box over these folders with what this host's bwrap can do: its GPUs, a capped /tmp,
+    no user namespaces inside."""
+    return Box(
+        writable=writable, readable=readable, devices=gpu_devices(), bwrap=bwrap,
+        tmpfs_bytes=tmpfs_cap(bwrap), no_userns=userns_cap(bwrap),
+    )  # fmt: skip
 
 
 def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) -> None:
@@ -64,10 +72,7 @@ def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) 
         )
     # A box as a chunk gets one, around `true`: a container without the rights bwrap needs
     # (Docker's default seccomp and AppArmor profiles refuse its namespaces) fails here.
-    trial = Box(
-        writable=(), devices=gpu_devices(), bwrap=bwrap, tmpfs_bytes=tmpfs_cap(bwrap),
-        no_userns=userns_cap(bwrap),
-    )  # fmt: skip
+    trial = host_box(bwrap)
     try:
         done = subprocess.run(
             wrap(["true"], trial), capture_output=True, text=True, timeout=30, check=False

@@ -219,10 +219,11 @@ def plan(store: Store, refs: Sequence[Segment], frames: int) -> Plan:
         start, _, length = runs[0]
         if n < len(refs) - 1 and length < MIN_PART_BYTES:
             raise CannotJoin(f"segment {ref.index} has {length} sample bytes, under 5 MiB")
-        if length > (MAX_FIRST_PART_BYTES if n == 0 else MAX_PART_BYTES):
+        limit = MAX_FIRST_PART_BYTES if n == 0 else MAX_PART_BYTES
+        if length > limit:
             raise CannotJoin(
                 f"segment {ref.index} has {length} sample bytes, over what its part may hold "
-                f"({MAX_FIRST_PART_BYTES if n == 0 else MAX_PART_BYTES})"
+                f"({limit})"
             )
         pieces.append((ref.key, start, length, ref.etag))
     header, joined = index.header()

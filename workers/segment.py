@@ -88,25 +88,21 @@ def job_encoder(
     A host without NVENC hands an NVENC job's chunk back (NotHere) while a host with NVENC is
     up, and fails it once none is."""
     job_id, software = job["id"], SOFTWARE[codec]
+
+    def encoders_with_nvenc() -> set[bool]:
+        """Whether each live encode host has NVENC (read only when the choice needs it)."""
+        hosts = ctx.ledger.workers().values()
+        return {bool(w.get("nvenc")) for w in hosts if "encode" in w.get("queues", ())}
+
     chosen = job.get("encoder", "")
     if not chosen:  # the job's first encodes: read what the farm has, once a job
         done = next((c["encoder"] for c in ctx.ledger.chunks(job_id) if c.get("encoder")), "")
-        if (
-            not done
-            and auto
-            and mine != software
-            and any(
-                "encode" in w.get("queues", ()) and not w.get("nvenc")
-                for w in ctx.ledger.workers().values()
-            )
-        ):
+        if not done and auto and mine != software and False in encoders_with_nvenc():
             mine = software
         chosen = ctx.ledger.job_field_once(job_id, "encoder", done or mine) or mine
     if chosen == mine or chosen in SOFTWARE.values():
         return chosen
-    if not any(
-        "encode" in w.get("queues", ()) and w.get("nvenc") for w in ctx.ledger.workers().values()
-    ):
+    if True not in encoders_with_nvenc():
         raise PermanentError(
             f"job {job_id}'s segments are {chosen}, and no worker with NVENC is left to make the "
             "rest: add one, or cancel the job and submit it again"
