@@ -143,7 +143,12 @@ def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
 @cli.command()
 @click.argument("job_id")
 @click.argument("dest_text", metavar="DEST", type=click.Path())
-@click.option("--frames", "with_frames", is_flag=True, help="Download the rendered frames too.")
+@click.option(
+    "--frames",
+    "with_frames",
+    is_flag=True,
+    help="Download the rendered frames too, and what the scene's File Output nodes wrote.",
+)
 @click.pass_context
 def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) -> None:
     """Download a finished job's video (and frames) to DEST: a file, or a folder (one that
@@ -176,6 +181,11 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
                 raise FarmError(f"job {job_id} has no frames in the store")
             for key in found:
                 store.get_file(key, frames_dir / Path(key).name)
+            # What the scene's File Output nodes wrote (passes for compositing), laid out as
+            # the nodes name it, beside the frames.
+            outputs = keys.file_outputs_prefix(job_id)
+            for key in store.keys(outputs):
+                store.get_file(key, frames_dir / "file_output" / key.removeprefix(outputs))
             click.echo(str(frames_dir))
     except OSError as exc:
         blocked = Path(exc.filename) if exc.filename else None

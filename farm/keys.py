@@ -48,6 +48,16 @@ def master_key(job_id: str, name: str) -> str:
     return f"jobs/{job_id}/masters/{name}"
 
 
+def file_output_key(job_id: str, path: str) -> str:
+    """A file a File Output node of the scene wrote (`Depth/Image0012.exr`), laid out as the
+    scene's nodes name it; its name carries the frame number, as Blender writes it."""
+    return f"jobs/{job_id}/file_output/{path}"
+
+
+def file_outputs_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}/file_output/"
+
+
 def segment_key(job_id: str, chunk: int, claim: int, ext: str = "mp4") -> str:
     """One name per claim of the chunk, recorded in its manifest: an attempt that lost its lease
     and uploads late writes beside the newer attempt's segment, never over it."""

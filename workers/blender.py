@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workers.blender_render import MAX_OUTPUTS, outputs_name
+
 SCRIPT = Path(__file__).with_name("blender_render.py")
 WHEEL = "bpy"
 """`settings.blender` value for the bpy wheel run by this worker's own Python."""
@@ -33,6 +35,8 @@ _TIME = re.compile(r"^\s*Time: (?:(\d+):)?(\d+):(\d+(?:\.\d+)?) \(Saving: ")
 _FRAME_FILE = re.compile(r"^frame_(?P<frame>\d{6,})\.(?P<ext>[a-z0-9]{2,4})$")
 _PREVIEW_FILE = re.compile(r"^preview_(?P<frame>\d{6,})\.png$")
 _THUMB_FILE = re.compile(r"^thumb_(?P<frame>\d{6,})\.jpg$")
+_OUTPUT_PART = re.compile(r"^[A-Za-z0-9_#-][A-Za-z0-9._#-]{0,199}$")
+"""A File Output node's folder or file name as the render script leaves it (safe_slot)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -236,6 +240,11 @@ class RenderedFrame:
     render_s: float
     thumbnail: Path | None = None
     """The job page's small JPEG of the preview, when the script made one."""
+    outputs: tuple[str, ...] = ()
+    """What the scene's File Output nodes wrote for the frame: paths relative to `outputs_dir`
+    (`Node/Image0001.png`, or a node's multilayer `Node0001.exr`), stored as the scene laid them
+    out (keys.output_key)."""
+    outputs_dir: Path = Path()
 
 
 class FrameRejected(ValueError):
@@ -255,13 +264,34 @@ def accept_frame(line: ScriptLine, *, out_dir: Path, frames: Sequence[int]) -> R
     preview = _own_file(out_dir, str(body.get("preview")), frame, _PREVIEW_FILE)
     thumb = body.get("thumbnail")
     render_s = body.get("render_s")
+    outputs_dir = out_dir / outputs_name(frame)
     return RenderedFrame(
         frame=frame,
         files=files,
         preview=preview,
         render_s=float(render_s) if isinstance(render_s, int | float) else 0.0,
         thumbnail=_own_file(out_dir, str(thumb), frame, _THUMB_FILE) if thumb else None,
+        outputs=_outputs(outputs_dir, body.get("outputs", []), frame),
+        outputs_dir=outputs_dir,
     )
+
+
+def _outputs(folder: Path, names: Any, frame: int) -> tuple[str, ...]:
+    """The frame's File Output files as announced: plain relative paths, a folder deep at most,
+    each a file (not a link) in the frame's own outputs folder (checked again as it is opened:
+    workers.box.open_boxed_under)."""
+    if not isinstance(names, list) or len(names) > MAX_OUTPUTS:
+        raise FrameRejected(f"frame {frame}: its File Output list is not a list of names")
+    for name in names:
+        parts = name.split("/") if isinstance(name, str) else []
+        if not 1 <= len(parts) <= 2 or not all(_OUTPUT_PART.match(p) for p in parts):
+            raise FrameRejected(f"frame {frame}: File Output {name!r} is not a plain path")
+        path = folder / name
+        if any(p.is_symlink() for p in (folder, *path.parents[: len(parts) - 1], path)):
+            raise FrameRejected(f"frame {frame}: File Output {name} is a link")
+        if not path.is_file():
+            raise FrameRejected(f"frame {frame}: File Output {name} is not a file")
+    return tuple(names)
 
 
 def _own_file(out_dir: Path, name: str, frame: int, pattern: re.Pattern[str]) -> Path:

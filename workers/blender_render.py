@@ -55,9 +55,10 @@ def map_engine(name: str, available: Iterable[str]) -> str:
 
 
 def safe_slot(path: str) -> str:
-    """A File Output slot path made into one plain name (no folders, no `..`, no absolute)."""
-    name = _UNSAFE.sub("_", path.replace("\\", "/").replace("/", "_")).strip("._")
-    return name or "slot"
+    """A File Output slot path made into one plain name (no folders, no `..`, no absolute, not
+    hidden); its end kept as the artist typed it (`beauty_` still writes `beauty_0001.png`)."""
+    name = _UNSAFE.sub("_", path.replace("\\", "/").replace("/", "_")).lstrip("._")
+    return name.rstrip(".") or "slot"
 
 
 def frame_name(frame: int, extension: str) -> str:
@@ -85,6 +86,52 @@ def frame_is_preview(scene: Any, preview_depth: str) -> bool:
 
 def preview_name(frame: int) -> str:
     return f"preview_{frame:06d}.png"
+
+
+FILE_OUTPUT = "file_output"
+"""Where File Output nodes write in the chunk's folder (one folder a node, or a node's
+multilayer EXR beside them); each frame's files are then moved to `outputs_<frame>/`."""
+MAX_OUTPUTS = 256
+"""File Output files one frame may announce: a scene's passes, not a flood of uploads."""
+
+
+def outputs_name(frame: int) -> str:
+    """The folder of one frame's File Output files, as they were laid out under FILE_OUTPUT."""
+    return f"outputs_{frame:06d}"
+
+
+def take_outputs(out_dir: str, frame: int) -> list[str]:
+    """Move what the File Output nodes wrote for `frame` (everything under FILE_OUTPUT now: the
+    frame before took its own) into the frame's own folder; their paths relative to it. Only
+    plain files, a node's folder deep at most; anything else is left where it is."""
+    source = os.path.join(out_dir, FILE_OUTPUT)
+    target = os.path.join(out_dir, outputs_name(frame))
+    found = list(_output_files(source))
+    if len(found) > MAX_OUTPUTS:
+        raise ChunkFailed(
+            f"frame {frame}: the scene's File Output nodes wrote {len(found)} files, more than "
+            f"the {MAX_OUTPUTS} a frame may keep; write fewer passes (a multilayer EXR holds many)"
+        )
+    taken: list[str] = []
+    for parent, rel in found:
+        os.makedirs(os.path.join(target, os.path.dirname(rel)), exist_ok=True)
+        os.replace(os.path.join(parent, os.path.basename(rel)), os.path.join(target, rel))
+        taken.append(rel)
+    return sorted(taken)
+
+
+def _output_files(source: str) -> Iterator[tuple[str, str]]:
+    try:
+        top = list(os.scandir(source))
+    except OSError:
+        return
+    for entry in sorted(top, key=lambda e: e.name):
+        if entry.is_file(follow_symlinks=False):
+            yield source, entry.name
+        elif entry.is_dir(follow_symlinks=False):
+            for inner in sorted(os.scandir(entry.path), key=lambda e: e.name):
+                if inner.is_file(follow_symlinks=False):
+                    yield entry.path, f"{entry.name}/{inner.name}"
 
 
 def thumb_name(frame: int) -> str:
@@ -435,7 +482,7 @@ class Renderer:
             for node in self._nodes(tree, seen):
                 if node.bl_idname != "CompositorNodeOutputFile":
                     continue
-                node.base_path = os.path.join(self.out_dir, "file_output", safe_slot(node.name))
+                node.base_path = os.path.join(self.out_dir, FILE_OUTPUT, safe_slot(node.name))
                 for slot in getattr(node, "file_slots", ()):
                     slot.path = safe_slot(slot.path)
                 for slot in getattr(node, "layer_slots", ()):
@@ -494,6 +541,7 @@ class Renderer:
             files=[name],
             preview=preview,
             thumbnail=thumb,
+            outputs=take_outputs(self.out_dir, frame),
             render_s=round(render_s, 3),
             save_s=round(time.monotonic() - started - render_s, 3),
         )

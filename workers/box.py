@@ -96,15 +96,47 @@ def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) 
         )
 
 
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def open_boxed(path: Path) -> io.BufferedReader:
     """A file the box wrote, opened as what it is now: never through a symlink, and only a
     regular file. A trusted scene's script could otherwise swap a frame it announced for a link
     to a host file (the farm's config) before the upload, or for a FIFO that blocks the reader.
     Read the size, checksum and bytes from this one open file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    return _regular(os.open(path, _FILE), path.name)
+
+
+def open_boxed_under(folder: Path, rel: str) -> io.BufferedReader:
+    """`open_boxed` of `folder/rel`, where `folder` and the folders of `rel` are the box's too:
+    each is opened in turn, never through a symlink, so one swapped for a link to a host folder
+    after the file was announced is refused rather than followed. `folder`'s parent is the
+    worker's own."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise PermanentError(f"{rel!r} is not a plain path in the chunk's folder")
+    try:
+        fd = os.open(folder, _FOLDER)
+        try:
+            for part in parts[:-1]:
+                inner = os.open(part, _FOLDER, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            leaf = os.open(parts[-1], _FILE, dir_fd=fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise PermanentError(
+            f"{rel} in the chunk's folder cannot be read as a file: {exc.strerror}"
+        ) from exc
+    return _regular(leaf, rel)
+
+
+def _regular(fd: int, name: str) -> io.BufferedReader:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PermanentError(f"{path.name} in the chunk's folder is not a regular file")
+            raise PermanentError(f"{name} in the chunk's folder is not a regular file")
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -23,10 +24,22 @@ from farm.errors import FarmError, ObjectChanged, PermanentError, StoreRefused, 
 from farm.ledger import Ledger
 from farm.store import ONE_PUT_BYTES, Store
 from workers import thumbnail
-from workers.box import open_boxed
+from workers.box import open_boxed, open_boxed_under
 from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    """A frame Blender saved, waiting for its upload (FrameUploader.add)."""
+
+    frame: int
+    path: Path
+    masters: tuple[Path, ...]
+    thumb: Path | None
+    outputs: tuple[str, ...]
+    outputs_dir: Path
 
 
 @dataclass(slots=True)
@@ -46,9 +59,7 @@ class FrameUploader:
     kept_until: Callable[[], int | None] = lambda: None
     """The chunk's last frame since a split (LeaseKeeper.split_last), None before one: a frame
     after it is the split's new chunk's, never stored or recorded by this one."""
-    _queue: queue.Queue[tuple[int, Path, tuple[Path, ...], Path | None] | None] = field(
-        default_factory=queue.Queue
-    )
+    _queue: queue.Queue[_Saved | None] = field(default_factory=queue.Queue)
     _thread: threading.Thread | None = None
     _started: tuple[int, float] | None = None
 
@@ -57,12 +68,20 @@ class FrameUploader:
         self._thread.start()
 
     def add(
-        self, frame: int, path: Path, masters: tuple[Path, ...] = (), thumb: Path | None = None
+        self,
+        frame: int,
+        path: Path,
+        masters: tuple[Path, ...] = (),
+        thumb: Path | None = None,
+        *,
+        outputs: tuple[str, ...] = (),
+        outputs_dir: Path = Path(),
     ) -> None:
         """`path`: the display-referred image the video is made of; `masters`: the frame in the
         scene's own format (EXR, 16-bit PNG), kept for `farm fetch --frames`; `thumb`: its
-        thumbnail for the job page, uploaded once the frame is recorded."""
-        self._queue.put((frame, path, masters, thumb))
+        thumbnail for the job page, uploaded once the frame is recorded; `outputs`: what the
+        scene's File Output nodes wrote for it, relative to `outputs_dir`."""
+        self._queue.put(_Saved(frame, path, masters, thumb, outputs, outputs_dir))
 
     def starting(self, frame: int, frame_s: float) -> None:
         """Record the frame Blender starts and its mean frame time so far: a split of this chunk
@@ -96,11 +115,16 @@ class FrameUploader:
         if self._thread:
             self._thread.join()
 
-    def _store(self, frame: int, path: Path, masters: tuple[Path, ...]) -> tuple[int, str]:
-        """Store the frame's masters, then the frame the video is made of; its size and sha256,
-        read from the very file stored (what is recorded is what is stored). Where the render
-        script made the frame's file its preview too (one file, linked), its bytes are sent
-        once: the store copies the master just sent to the frame's key."""
+    def _store(self, saved: _Saved) -> tuple[int, str]:
+        """Store the frame's File Output files and masters, then the frame the video is made
+        of; its size and sha256, read from the very file stored (what is recorded is what is
+        stored). Where the render script made the frame's file its preview too (one file,
+        linked), its bytes are sent once: the store copies the master just sent to the frame's
+        key."""
+        frame, path, masters = saved.frame, saved.path, saved.masters
+        for name in saved.outputs:  # before the record, like the masters
+            with open_boxed_under(saved.outputs_dir, name) as fh:
+                self.store.put_open(keys.file_output_key(self.job_id, name), fh)
         frame_key = keys.frame_key(self.job_id, frame)
         stored: tuple[int, str] | None = None
         for master in masters:  # before the record: a recorded frame has its masters
@@ -131,12 +155,12 @@ class FrameUploader:
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
-            frame, path, masters, thumb = item
+            frame, thumb = item.frame, item.thumb
             if self._split_off(frame):  # begun before the split was heard
                 continue
             started = time.monotonic()
             try:
-                size, digest = self._store(frame, path, masters)
+                size, digest = self._store(item)
                 if self._split_off(frame):  # split while it was uploading
                     continue
                 # The record, the chunk's progress and (once an attempt; the job keeps the
@@ -152,6 +176,8 @@ class FrameUploader:
                 self.errors.append(exc)
             else:
                 self._thumbnail(frame, thumb, first)
+                if item.outputs:  # stored: nothing here reads them again
+                    shutil.rmtree(item.outputs_dir, ignore_errors=True)
             self.upload_s += time.monotonic() - started
 
     def _thumbnail(self, frame: int, thumb: Path | None, first: bool) -> None:

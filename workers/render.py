@@ -153,7 +153,10 @@ class _Progress:
             self.saved.add(rendered.frame)
             self.frame_times_s.append(rendered.render_s)
             self.masters[rendered.frame] = rendered.files
-            uploader.add(rendered.frame, rendered.preview, rendered.files, rendered.thumbnail)
+            uploader.add(
+                rendered.frame, rendered.preview, rendered.files, rendered.thumbnail,
+                outputs=rendered.outputs, outputs_dir=rendered.outputs_dir,
+            )  # fmt: skip
 
     def failed_frame(self, todo: list[int]) -> int | None:
         """The script renders the list in order: the first unsaved frame is where it stopped."""

@@ -336,8 +336,22 @@ def test_file_output_nodes_write_only_into_the_chunk_folder(scenes: Path, tmp_pa
     assert not (scenes / "outside").exists()
     assert not list(scenes.parent.glob("escape_*"))
     written = [p for p in done.out_dir.rglob("*") if p.is_file()]
-    assert any("file_output" in p.parts for p in written)
+    assert any("outputs_000001" in p.parts for p in written)  # moved from file_output/
     assert all(done.out_dir in p.parents for p in written)
+
+
+def test_each_frames_file_output_files_are_announced_with_it(scenes: Path, tmp_path: Path) -> None:
+    """GIVEN a scene whose File Output node writes the render as PNGs WHEN two frames render
+    THEN each frame's line names the node's file for that frame, in the frame's own folder."""
+    done = render(scenes / "fileoutput.blend", tmp_path, [1, 2])
+    assert done.result.ok, "\n".join(done.result.tail)
+    for rendered in done.frames:
+        assert len(rendered.outputs) == 1, rendered.outputs
+        name = rendered.outputs[0]
+        assert name.startswith("File_Output/") and f"{rendered.frame:04d}" in name, name
+        assert rendered.outputs_dir == done.out_dir / f"outputs_{rendered.frame:06d}"
+        assert (rendered.outputs_dir / name).read_bytes()[:4] == b"\x89PNG"
+    assert not list((done.out_dir / "file_output").rglob("*.png"))  # each frame took its own
 
 
 def test_same_script_runs_inside_a_blender_binary(tmp_path: Path) -> None:

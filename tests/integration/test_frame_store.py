@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from farm import keys
-from farm.errors import ObjectMissing, StoreError
+from farm.errors import ObjectMissing, PermanentError, StoreError
 from farm.ledger import Ledger
 from farm.store import INTERMEDIATE_TAG, Store
 from workers import frames
@@ -142,3 +143,62 @@ def test_a_download_of_an_object_not_there_says_so(store: Store, tmp_path: Path)
         store.get_file("jobs/none/frames/000001.png", tmp_path / "f.png")
     assert issubclass(ObjectMissing, StoreError)
     assert not (tmp_path / "f.png").exists()
+
+
+def _file_outputs(tmp_path: Path, frame: int) -> Path:
+    folder = tmp_path / f"outputs_{frame:06d}"
+    (folder / "Depth").mkdir(parents=True)
+    (folder / "Depth" / f"Image{frame:04d}.exr").write_bytes(b"depth")
+    (folder / f"Passes{frame:04d}.exr").write_bytes(b"passes")
+    return folder
+
+
+def test_a_frames_file_output_files_are_stored_before_its_record(
+    store: Store, ledger: Ledger, tmp_path: Path
+) -> None:
+    """GIVEN what the scene's File Output nodes wrote for frame 4 WHEN the frame is uploaded THEN
+    each is stored as the nodes laid it out, before the frame and its record, kept (not an
+    intermediate), and the local copies are gone."""
+    master, preview = _linked(tmp_path, 4, b"frame four")
+    folder = _file_outputs(tmp_path, 4)
+    counted = Counted(store)
+    uploader = FrameUploader(counted, ledger, "passes", 0)  # type: ignore[arg-type]
+    uploader.start()
+    names = ("Depth/Image0004.exr", "Passes0004.exr")
+    uploader.add(4, preview, (master,), outputs=names, outputs_dir=folder)
+    uploader.finish()
+    uploader.raise_errors()
+    stored = [keys.file_output_key("passes", n) for n in names]
+    assert counted.sent[:2] == stored
+    assert store.get_bytes(stored[0]) == b"depth"
+    assert store.get_bytes(stored[1]) == b"passes"
+    assert _tags(store, stored[0]) == ""
+    assert 4 in ledger.frame_records("passes")
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("swapped", ["node", "frame"])
+def test_a_file_output_folder_swapped_for_a_link_fails_the_frame_unrecorded(
+    store: Store, ledger: Ledger, tmp_path: Path, swapped: str
+) -> None:
+    """A trusted scene's script swaps a node's folder, or the frame's outputs folder, for a link
+    to a host folder after the frame was announced: nothing from there is stored, and the frame
+    is not recorded."""
+    job_id = f"swapped-{swapped}"
+    master, preview = _linked(tmp_path, 6, b"frame six")
+    folder = _file_outputs(tmp_path, 6)
+    host = tmp_path / "host"
+    (host / "Depth").mkdir(parents=True)
+    (host / "Image0006.exr").write_bytes(b"secret")
+    (host / "Depth" / "Image0006.exr").write_bytes(b"secret")
+    link = folder / "Depth" if swapped == "node" else folder
+    shutil.rmtree(link)
+    link.symlink_to(host / "Depth" if swapped == "node" else host, target_is_directory=True)
+    uploader = FrameUploader(store, ledger, job_id, 0)
+    uploader.start()
+    uploader.add(6, preview, (master,), outputs=("Depth/Image0006.exr",), outputs_dir=folder)
+    uploader.finish()
+    with pytest.raises(PermanentError, match="cannot be read as a file"):
+        uploader.raise_errors()
+    assert store.keys(keys.file_outputs_prefix(job_id)) == []
+    assert 6 not in ledger.frame_records(job_id)

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from workers.blender import (
+    MAX_OUTPUTS,
     SCRIPT,
     WHEEL,
     FrameRejected,
@@ -294,3 +295,71 @@ def test_eevee_progress_line_gives_samples() -> None:
 def test_frame_time_line() -> None:
     assert frame_time_s(" Time: 00:00.64 (Saving: 00:00.17)") == 0.64
     assert frame_time_s(" Time: 01:02.50 (Saving: 00:00.00)") == 62.5
+
+
+def _with_outputs(tmp_path: Path, outputs: list[object]) -> ScriptLine:
+    for name in ("frame_000012.png", "preview_000012.png"):
+        (tmp_path / name).write_bytes(b"x")
+    line = _frame_line(12, ["frame_000012.png"], "preview_000012.png")
+    line.body["outputs"] = outputs  # type: ignore[index]
+    return line
+
+
+def test_a_frames_file_output_files_are_accepted_from_its_own_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "outputs_000012"
+    (folder / "Depth").mkdir(parents=True)
+    (folder / "Depth" / "Image0012.exr").write_bytes(b"x")
+    (folder / "Passes0012.exr").write_bytes(b"x")  # a node's multilayer EXR
+    line = _with_outputs(tmp_path, ["Depth/Image0012.exr", "Passes0012.exr"])
+    frame = accept_frame(line, out_dir=tmp_path, frames=[12])
+    assert frame.outputs == ("Depth/Image0012.exr", "Passes0012.exr")
+    assert frame.outputs_dir == folder
+
+
+def test_a_frame_line_without_outputs_has_none(tmp_path: Path) -> None:
+    """A render script from before File Output files were kept."""
+    for name in ("frame_000012.png", "preview_000012.png"):
+        (tmp_path / name).write_bytes(b"x")
+    frame = accept_frame(
+        _frame_line(12, ["frame_000012.png"], "preview_000012.png"), out_dir=tmp_path, frames=[12]
+    )
+    assert frame.outputs == ()
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        ["../frame_000012.png"],
+        ["/etc/passwd"],
+        ["Depth/../../x.exr"],
+        ["a/b/c.exr"],  # deeper than a node's folder
+        [".hidden0012.exr"],
+        ["Gone0012.exr"],  # not there
+        ["Depth"],  # a folder, not a file
+        ["Link/Image0012.exr"],  # through a linked folder
+        ["Linked0012.exr"],
+        [7],
+        "Image0012.exr",
+    ],
+)
+def test_file_outputs_that_are_not_the_frames_own_files_are_rejected(
+    tmp_path: Path, outputs: list[object]
+) -> None:
+    folder = tmp_path / "outputs_000012"
+    (folder / "Depth").mkdir(parents=True)
+    (folder / "Depth" / "Image0012.exr").write_bytes(b"x")
+    (folder / "Link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "Image0012.exr").write_bytes(b"x")
+    (folder / "Linked0012.exr").symlink_to("/etc/passwd")
+    with pytest.raises(FrameRejected):
+        accept_frame(_with_outputs(tmp_path, outputs), out_dir=tmp_path, frames=[12])
+
+
+def test_a_flood_of_file_outputs_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(FrameRejected):
+        accept_frame(
+            _with_outputs(tmp_path, [f"x{i}.png" for i in range(MAX_OUTPUTS + 1)]),
+            out_dir=tmp_path,
+            frames=[12],
+        )

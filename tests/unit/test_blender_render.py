@@ -1,17 +1,20 @@
 """The render script's pure helpers (the script itself runs inside Blender; see
 tests/integration/test_blender_render.py)."""
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from workers.blender_render import (
+    MAX_OUTPUTS,
     ChunkFailed,
     frame_is_preview,
     job_path,
     map_engine,
     safe_slot,
+    take_outputs,
 )
 
 ENGINES_4_5 = ["BLENDER_EEVEE_NEXT", "BLENDER_WORKBENCH", "CYCLES"]
@@ -32,8 +35,10 @@ def test_an_engine_this_blender_lacks_fails_naming_what_it_has() -> None:
 @pytest.mark.parametrize(
     ("path", "name"),
     [
-        ("/etc/cron.d/x_", "etc_cron.d_x"),
-        ("../../escape_", "escape"),
+        ("/etc/cron.d/x_", "etc_cron.d_x_"),
+        ("../../escape_", "escape_"),
+        ("passes/beauty_", "passes_beauty_"),
+        ("..", "slot"),
         ("..\\..\\win", "win"),
         ("beauty_####", "beauty_####"),
         ("", "slot"),
@@ -97,3 +102,39 @@ def test_a_frame_that_differs_from_the_preview_gets_its_own(
     changes: dict[str, Any], depth: str
 ) -> None:
     assert not frame_is_preview(_scene(**changes), depth)
+
+
+def test_each_frames_file_output_files_move_to_a_folder_of_its_own(tmp_path: Path) -> None:
+    """GIVEN what File Output nodes wrote for frame 7 (a node's folder of slots, a node's
+    multilayer EXR) WHEN the frame is announced THEN they move under outputs_000007 as laid out,
+    and the next frame takes only what was written after."""
+    written = tmp_path / "file_output"
+    (written / "Depth").mkdir(parents=True)
+    (written / "Depth" / "Image0007.png").write_bytes(b"d")
+    (written / "Passes0007.exr").write_bytes(b"p")
+    assert take_outputs(str(tmp_path), 7) == ["Depth/Image0007.png", "Passes0007.exr"]
+    assert (tmp_path / "outputs_000007" / "Depth" / "Image0007.png").read_bytes() == b"d"
+    assert (tmp_path / "outputs_000007" / "Passes0007.exr").read_bytes() == b"p"
+    (written / "Depth" / "Image0008.png").write_bytes(b"e")
+    assert take_outputs(str(tmp_path), 8) == ["Depth/Image0008.png"]
+
+
+def test_a_scene_without_file_output_nodes_has_no_outputs(tmp_path: Path) -> None:
+    assert take_outputs(str(tmp_path), 1) == []
+
+
+def test_links_among_file_outputs_are_left_where_they_are(tmp_path: Path) -> None:
+    written = tmp_path / "file_output"
+    written.mkdir()
+    (written / "Link0001.png").symlink_to("/etc/passwd")
+    (written / "Dir").symlink_to("/etc", target_is_directory=True)
+    assert take_outputs(str(tmp_path), 1) == []
+
+
+def test_more_file_outputs_than_a_frame_may_keep_fail_the_chunk(tmp_path: Path) -> None:
+    written = tmp_path / "file_output"
+    written.mkdir()
+    for i in range(MAX_OUTPUTS + 1):
+        (written / f"pass{i}_0001.png").write_bytes(b"x")
+    with pytest.raises(ChunkFailed, match="more than"):
+        take_outputs(str(tmp_path), 1)
