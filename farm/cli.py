@@ -234,8 +234,10 @@ def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path |
     if scene is not None:
         check_retry(settings, job_id, every_unfinished=every_unfinished, scene=True)
         fixed = (scene, *trace_fixed_scene(scene, ctx.meta["config_path"]))
-    waiting = reopen(settings, job_id, every_unfinished=every_unfinished, fixed=fixed)
-    click.echo(f"requeued {job_id}: {len(waiting)} chunks waiting")
+    reopened = reopen(settings, job_id, every_unfinished=every_unfinished, fixed=fixed)
+    for index, why in sorted(reopened.remade.items()):
+        click.echo(f"chunk {index} is made again: {why} (its frames still stored are reused)")
+    click.echo(f"requeued {job_id}: {len(reopened.waiting)} chunks waiting")
 
 
 @cli.command()

@@ -6,6 +6,7 @@ import json
 import logging
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,12 +14,12 @@ from typing import TYPE_CHECKING
 from farm import assets, cost, keys, limits, speeds, versions
 from farm.chunking import Measurement, Pool, initial_plan
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
-from farm.errors import FarmError, SpecError
+from farm.errors import FarmError, ObjectMissing, SpecError
 from farm.ledger import Ledger
 from farm.pipeline import first_phase, kind_of, waiting_for
 from farm.settings import Settings
 from farm.spec import JobKind, JobSpec
-from farm.state import ENDED
+from farm.state import ENDED, ChunkState
 from farm.store import Store
 
 if TYPE_CHECKING:
@@ -130,22 +131,34 @@ def _check_blender(ledger: Ledger, saved: str) -> None:
         raise SpecError(f"{reason}; add workers with that Blender, or save the scene with it")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reopened:
+    waiting: list[int]
+    """The chunks that wait for work now (queued or interrupted)."""
+    remade: dict[int, str]
+    """Done chunks queued again, with why: their segment is gone from the store."""
+
+
 def reopen(
     settings: Settings,
     job_id: str,
     *,
     every_unfinished: bool,
     fixed: tuple[Path, SceneInfo, assets.Traced] | None = None,
-) -> list[int]:
+) -> Reopened:
     """`farm retry`: back to running, with a fixed scene if given, and every waiting chunk sent
-    again (a duplicate message is harmless: only one claim can win). `fixed`: the scene, its
-    settings as read and its trace (farm.cli_submit.trace_fixed_scene)."""
+    again (a duplicate message is harmless: only one claim can win). A done chunk whose segment
+    is gone from the store (expired by a lifecycle rule, deleted), which no stitch could join, is
+    made again: its stored frames are reused, the rest rendered. `fixed`: the scene, its settings
+    as read and its trace (farm.cli_submit.trace_fixed_scene)."""
     ledger = Ledger.from_url(settings.redis_url)
     job = ledger.job_or_fail(job_id)
     # Again, before the scene changes: the job may have moved since the CLI's check_retry.
     _check_retry(ledger, job, every_unfinished=every_unfinished, scene=fixed is not None)
     if fixed is not None:
         _replace_scene(settings, ledger, job, *fixed)
+    gone = unjoinable_chunks(Store.from_settings(settings), ledger, job_id)
+    remade = {i: why for i, why in gone.items() if ledger.remake_chunk(job_id, i, why)}
     waiting = ledger.reopen_job(job_id, every_unfinished=every_unfinished)
     dispatch = Dispatcher(make_app(settings))
     kind = kind_of(job)
@@ -155,7 +168,30 @@ def reopen(
             dispatch.send(phase.phase, job_id, int(chunk["index"]))
     if ledger.try_start_stitch(job_id):
         dispatch.stitch(job_id)
-    return waiting
+    return Reopened(waiting=waiting, remade=remade)
+
+
+def unjoinable_chunks(store: Store, ledger: Ledger, job_id: str) -> dict[int, str]:
+    """The done chunks whose segment the stitch cannot read as their manifest describes it
+    (the manifest or the segment gone from the store, or another size), with why. Read 16 at a
+    time: a long job's thousand chunks are a few seconds of HEADs, not minutes."""
+    done = [int(c["index"]) for c in ledger.chunks(job_id) if c.get("state") == ChunkState.DONE]
+
+    def why(index: int) -> str:
+        try:
+            segment = store.get_json(keys.manifest_key(job_id, index))["segment"]
+        except ObjectMissing:
+            return "its manifest is gone from the store"
+        size = store.size(segment["key"])
+        if size is None:
+            return "its segment is gone from the store"
+        if size != segment["size"]:
+            return f"its segment is {size} bytes where its manifest says {segment['size']}"
+        return ""
+
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="segment-check") as pool:
+        found = dict(zip(done, pool.map(why, done), strict=True))
+    return {index: text for index, text in found.items() if text}
 
 
 def check_retry(settings: Settings, job_id: str, *, every_unfinished: bool, scene: bool) -> None:

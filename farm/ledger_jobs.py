@@ -32,6 +32,18 @@ if ARGV[2] ~= '' then redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) end
 return redis.call('HGET', KEYS[1], ARGV[1]) or ''
 """
 
+_REMAKE = """
+local jstate = redis.call('HGET', KEYS[2], 'state')
+if jstate ~= ARGV[1] and jstate ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], 'state') ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[4], 'failures', 0, 'lost_leases', 0,
+  'interruptions', 0, 'transients', 0, 'error', '', 'finished', '', 'updated', ARGV[5])
+redis.call('HDEL', KEYS[1], ARGV[7])  -- its part in the early upload is no longer right
+redis.call('HINCRBY', KEYS[2], 'chunks_done', -1)
+if redis.call('RPUSH', KEYS[3], ARGV[6]) > 5000 then redis.call('LTRIM', KEYS[3], -5000, -1) end
+return 1
+"""
+
 _FORGET_EARLY = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= ARGV[2] and state ~= ARGV[3] then return 0 end
@@ -166,6 +178,22 @@ class JobRecords(Outbox):
                 JobState.FAILED, JobState.CANCELLED, EARLY_UPLOAD, EARLY_PART,
             )  # fmt: skip
         return bool(forgot)
+
+    def remake_chunk(self, job_id: str, index: int, why: str) -> bool:
+        """A done chunk queued again, its budget fresh and the job's done count one less, while
+        the job has failed or was cancelled (`farm retry`: its segment is gone from the store,
+        so the stitch could never join it). True when it moved; a running job is never
+        touched: its chunks are the workers'."""
+        entry = json.dumps(
+            {"t": round(time.time(), 3), "event": "chunk-remade", "chunk": index, "why": why}
+        )
+        with wrapped(f"make chunk {index} again"):
+            moved = self.r.eval(
+                _REMAKE, 3, keys.r_chunk(job_id, index), keys.r_job(job_id), keys.r_events(job_id),
+                JobState.FAILED, JobState.CANCELLED, ChunkState.DONE, ChunkState.QUEUED,
+                f"{time.time():.3f}", entry, EARLY_PART,
+            )  # fmt: skip
+        return bool(moved)
 
     def cost_record(self, job_id: str) -> dict[str, str]:
         """The job's metered cost hash (see cost.job_cost)."""

@@ -87,10 +87,10 @@ def test_a_fixed_scene_brings_its_files_into_the_jobs_tree(
     info, traced = trace_fixed_scene(fixed, None)
     assert traced.manifest.assets  # the texture beside it
 
-    waiting = reopen(_settings(redis_url, store), "j2", every_unfinished=True,
-                     fixed=(fixed, info, traced))  # fmt: skip
+    reopened = reopen(_settings(redis_url, store), "j2", every_unfinished=True,
+                      fixed=(fixed, info, traced))  # fmt: skip
 
-    assert waiting == [0, 1]
+    assert (reopened.waiting, reopened.remade) == ([0, 1], {})
     job = ledger.job("j2")
     assert job["state"] == JobState.RUNNING
     assert job["source_key"] != "scenes/old" and store.exists(job["source_key"])

@@ -309,7 +309,10 @@ def test_a_segment_gone_from_the_store_fails_the_stitch_at_once_saying_what_to_d
     which no retry does for a done one."""
     copies = stored(store, "gone", big[0])
     store.delete(copies[2].key)
-    with pytest.raises(PermanentError, match=r"segment 2 is gone from the store; .*submit the job"):
+    with pytest.raises(
+        PermanentError,
+        match=r"segment 2 is gone from the store; .*farm retry. makes that chunk again",
+    ):
         s3join.plan(store, copies, BIG_FRAMES * len(copies))
 
 

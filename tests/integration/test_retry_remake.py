@@ -1,0 +1,82 @@
+"""`farm retry` of a job whose stitch found a done chunk's segment gone from the store: that chunk
+is made again, the others kept; a real Redis and a real SeaweedFS."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm import keys
+from farm.jobs import reopen
+from farm.ledger import Ledger
+from farm.plan import plan_chunks
+from farm.spec import build_render_spec
+from farm.state import ChunkState, JobState
+from farm.store import Store
+from tests.integration.test_retry_scene import _settings
+
+
+def _done_job(ledger: Ledger, store: Store, job_id: str) -> None:
+    """Two chunks done, each with its segment and manifest in the store, as workers leave them."""
+    spec = build_render_spec(
+        source_name="demo.blend", frames="1-8", chunk_size=4, resolution="64x36", fps=24,
+        samples=1, codec="h264",
+    )  # fmt: skip
+    ledger.create_job(job_id=job_id, spec=spec, chunks=plan_chunks(spec.frames, 4),
+                      source_key="scenes/x")  # fmt: skip
+    ledger.move_job(job_id, JobState.RUNNING)
+    for index in (0, 1):
+        key = keys.segment_key(job_id, index, 1)
+        store.put_bytes(key, b"segment %d" % index)
+        store.put_json(keys.manifest_key(job_id, index), {"segment": {"key": key, "size": 9}})
+        ledger.r.hset(keys.r_chunk(job_id, index), "state", ChunkState.DONE)
+    ledger.r.hset(keys.r_job(job_id), "chunks_done", 2)
+
+
+def test_a_done_chunk_whose_segment_is_gone_is_made_again_by_a_retry(
+    ledger: Ledger, redis_url: str, store: Store
+) -> None:
+    """GIVEN a job that failed at the stitch: chunk 1's segment expired from the store WHEN it is
+    retried THEN chunk 1 is queued again with a fresh budget, chunk 0 stays done, the job runs
+    with one chunk to go and says why in its events."""
+    _done_job(ledger, store, "gone")
+    store.delete(keys.segment_key("gone", 1, 1))
+    ledger.r.hset(keys.r_chunk("gone", 1), "failures", 2)
+    ledger.move_job("gone", JobState.FAILED, error="stitch: segment 1 is gone from the store")
+
+    reopened = reopen(_settings(redis_url, store), "gone", every_unfinished=False)
+
+    assert reopened.remade == {1: "its segment is gone from the store"}
+    assert reopened.waiting == [1]
+    job = ledger.job("gone")
+    assert (job["state"], job["chunks_done"]) == (JobState.RUNNING, "1")
+    assert [ledger.chunk("gone", i)["state"] for i in (0, 1)] == [
+        ChunkState.DONE,
+        ChunkState.QUEUED,
+    ]
+    assert ledger.chunk("gone", 1)["failures"] == "0"
+    remade = [e for e in ledger.events("gone") if e["event"] == "chunk-remade"]
+    assert [(e["chunk"], e["why"]) for e in remade] == [(1, "its segment is gone from the store")]
+
+
+@pytest.mark.parametrize("damage", ["manifest", "size"])
+def test_a_chunk_whose_manifest_is_gone_or_segment_differs_is_made_again(
+    ledger: Ledger, redis_url: str, store: Store, damage: str
+) -> None:
+    job_id = f"damaged-{damage}"
+    _done_job(ledger, store, job_id)
+    if damage == "manifest":
+        store.delete(keys.manifest_key(job_id, 0))
+    else:
+        store.put_bytes(keys.segment_key(job_id, 0, 1), b"cut")
+    ledger.cancel_job(job_id)
+    reopened = reopen(_settings(redis_url, store), job_id, every_unfinished=True)
+    assert list(reopened.remade) == [0]
+    assert ("manifest is gone" if damage == "manifest" else "3 bytes") in reopened.remade[0]
+
+
+def test_a_running_jobs_done_chunk_is_never_remade(ledger: Ledger, store: Store) -> None:
+    """Only a failed or cancelled job's chunks move: a running job's are the workers'."""
+    _done_job(ledger, store, "running")
+    assert not ledger.remake_chunk("running", 0, "its segment is gone from the store")
+    assert ledger.chunk("running", 0)["state"] == ChunkState.DONE
+    assert ledger.job("running")["chunks_done"] == "2"
