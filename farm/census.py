@@ -55,8 +55,9 @@ class Census:
     """What workers read back from it: frames (encodes on another host than the render)."""
     durations_s: list[tuple[str, float]] = field(default_factory=list)
     """(phase, seconds) of every chunk phase that finished."""
-    frame_times_s: list[float] = field(default_factory=list)
-    """Mean frame time of each rendered chunk, once per frame it rendered."""
+    frame_times_s: list[tuple[float, int]] = field(default_factory=list)
+    """(mean frame time, frames) of each rendered chunk: its frames count with its mean, one
+    entry a chunk (a 100,000-frame job is a thousand entries a scrape, not 100,000)."""
 
     def backlog(self) -> Counter[str]:
         """Queued plus running chunks per queue: what the workers on it have to do. Running
@@ -100,7 +101,7 @@ def add_chunk(census: Census, kind_job: dict[str, str], chunk: dict[str, str]) -
             census.durations_s.append((phase, seconds))
     frame_s, rendered = _f(chunk.get("frame_s")), int(_f(chunk.get("frames_rendered")))
     if frame_s > 0:
-        census.frame_times_s.extend([frame_s] * max(rendered, 1))
+        census.frame_times_s.append((frame_s, max(rendered, 1)))
     census.store_bytes["segments"] += int(_f(chunk.get("segment_bytes")))
     census.store_bytes_read["frames"] += int(_f(chunk.get("frames_fetched_bytes")))
 

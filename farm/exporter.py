@@ -8,6 +8,7 @@ families; `farm web` serves them at /metrics behind the farm's basic auth. KEDA 
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
@@ -56,18 +57,21 @@ def _histogram(
     name: str,
     doc: str,
     label: str,
-    samples: Iterable[tuple[str, float]],
+    samples: Iterable[tuple[str, float, int]],
     buckets: tuple[float, ...],
 ) -> HistogramMetricFamily:
+    """`samples`: (label value, observed value, how many times it was observed)."""
     family = HistogramMetricFamily(name, doc, labels=[label])
-    grouped: dict[str, list[float]] = {}
-    for key, value in samples:
-        grouped.setdefault(key, []).append(value)
-    for key, values in sorted(grouped.items()):
-        values.sort()
-        cumulative = [(str(bound), float(bisect.bisect_right(values, bound))) for bound in buckets]
-        cumulative.append(("+Inf", float(len(values))))
-        family.add_metric([key], cumulative, sum_value=sum(values))
+    grouped: dict[str, list[tuple[float, int]]] = {}
+    for key, value, count in samples:
+        grouped.setdefault(key, []).append((value, count))
+    for key, observed in sorted(grouped.items()):
+        observed.sort()
+        values = [value for value, _ in observed]
+        below = list(itertools.accumulate([count for _, count in observed], initial=0))
+        cumulative = [(str(b), float(below[bisect.bisect_right(values, b)])) for b in buckets]
+        cumulative.append(("+Inf", float(below[-1])))
+        family.add_metric([key], cumulative, sum_value=sum(v * n for v, n in observed))
     return family
 
 
@@ -144,11 +148,11 @@ def families(census: Census) -> Iterator[Metric]:
         yield CounterMetricFamily(name, doc, value=census.work[key])
     yield _histogram(
         "farm_chunk_duration_seconds", "Wall time of finished chunk phases.", "phase",
-        census.durations_s, DURATION_BUCKETS_S,
+        ((phase, s, 1) for phase, s in census.durations_s), DURATION_BUCKETS_S,
     )  # fmt: skip
     yield _histogram(
         "farm_frame_time_seconds", "Blender's time per frame (each chunk's mean, per frame).",
-        "engine", (("blender", s) for s in census.frame_times_s), FRAME_BUCKETS_S,
+        "engine", (("blender", s, n) for s, n in census.frame_times_s), FRAME_BUCKETS_S,
     )  # fmt: skip
 
 

@@ -148,3 +148,23 @@ def test_the_dashboard_is_one_grafana_dashboard_with_distinct_panels() -> None:
     titles = " ".join(p["title"].lower() for p in panels)
     for topic in ("queue depth", "throughput", "failures", "spend", "workers"):
         assert topic in titles, topic
+
+
+def test_each_chunks_mean_frame_time_counts_once_per_frame_it_rendered(ledger: Ledger) -> None:
+    """GIVEN a chunk of 100 frames at 2 s and one of 3 frames at 20 s WHEN scraped THEN the
+    histogram counts 103 frames, 100 of them at or under 5 s, and their 260 s: from one entry
+    a chunk (it held one float a frame: a 100,000-frame job's list on every scrape)."""
+    _job(ledger, "frames", 2)
+    for index, (frame_s, frames) in enumerate([(2.0, 100), (20.0, 3)]):
+        ledger.r.hset(f"farm:chunk:frames:{index}",
+                      mapping={"frame_s": frame_s, "frames_rendered": frames})  # fmt: skip
+    taken = census.take(ledger)
+    assert sorted(taken.frame_times_s) == [(2.0, 100), (20.0, 3)]
+    samples = _samples(ledger)
+    engine = (("engine", "blender"),)
+    assert samples[("farm_frame_time_seconds_count", engine)] == 103
+    assert samples[("farm_frame_time_seconds_sum", engine)] == 260
+    assert (
+        samples[("farm_frame_time_seconds_bucket", (("engine", "blender"), ("le", "5.0")))] == 100
+    )
+    assert samples[("farm_frame_time_seconds_bucket", (("engine", "blender"), ("le", "1.0")))] == 0
