@@ -185,7 +185,11 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
             # the nodes name it, beside the frames.
             outputs = keys.file_outputs_prefix(job_id)
             for key in store.keys(outputs):
-                store.get_file(key, frames_dir / "file_output" / key.removeprefix(outputs))
+                parts = key.removeprefix(outputs).split("/")
+                if any(p in ("", ".", "..") for p in parts):  # never outside the folder
+                    log.warning("skipped %s: not a plain path", printable(key))
+                    continue
+                store.get_file(key, frames_dir.joinpath("file_output", *parts))
             click.echo(str(frames_dir))
     except OSError as exc:
         blocked = Path(exc.filename) if exc.filename else None
@@ -236,7 +240,7 @@ def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path |
         fixed = (scene, *trace_fixed_scene(scene, ctx.meta["config_path"]))
     reopened = reopen(settings, job_id, every_unfinished=every_unfinished, fixed=fixed)
     for index, why in sorted(reopened.remade.items()):
-        click.echo(f"chunk {index} is made again: {why} (its frames still stored are reused)")
+        click.echo(f"chunk {index} is made again: {why}")
     click.echo(f"requeued {job_id}: {len(reopened.waiting)} chunks waiting")
 
 

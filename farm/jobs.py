@@ -134,7 +134,7 @@ def _check_blender(ledger: Ledger, saved: str) -> None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reopened:
     waiting: list[int]
-    """The chunks that wait for work now (queued or interrupted)."""
+    """The chunks that wait for work now (queued, interrupted, or remade)."""
     remade: dict[int, str]
     """Done chunks queued again, with why: their segment is gone from the store."""
 
@@ -158,7 +158,10 @@ def reopen(
     if fixed is not None:
         _replace_scene(settings, ledger, job, *fixed)
     gone = unjoinable_chunks(Store.from_settings(settings), ledger, job_id)
-    remade = {i: why for i, why in gone.items() if ledger.remake_chunk(job_id, i, why)}
+    # A render chunk is encoded again from its stored frames (the encode hands it back to be
+    # rendered where they are gone too); a transcode chunk is transcoded again.
+    remake_to = ChunkState.RENDERED if kind_of(job) is JobKind.RENDER else ChunkState.QUEUED
+    remade = {i: why for i, why in gone.items() if ledger.remake_chunk(job_id, i, why, remake_to)}
     waiting = ledger.reopen_job(job_id, every_unfinished=every_unfinished)
     dispatch = Dispatcher(make_app(settings))
     kind = kind_of(job)
@@ -168,7 +171,7 @@ def reopen(
             dispatch.send(phase.phase, job_id, int(chunk["index"]))
     if ledger.try_start_stitch(job_id):
         dispatch.stitch(job_id)
-    return Reopened(waiting=waiting, remade=remade)
+    return Reopened(waiting=sorted({*waiting, *remade}), remade=remade)
 
 
 def unjoinable_chunks(store: Store, ledger: Ledger, job_id: str) -> dict[int, str]:
@@ -180,13 +183,18 @@ def unjoinable_chunks(store: Store, ledger: Ledger, job_id: str) -> dict[int, st
     def why(index: int) -> str:
         try:
             segment = store.get_json(keys.manifest_key(job_id, index))["segment"]
+            key, size, etag = str(segment["key"]), int(segment["size"]), segment.get("etag", "")
         except ObjectMissing:
             return "its manifest is gone from the store"
-        size = store.size(segment["key"])
-        if size is None:
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return "its manifest in the store cannot be read"
+        found = store.head(key)
+        if found is None:
             return "its segment is gone from the store"
-        if size != segment["size"]:
-            return f"its segment is {size} bytes where its manifest says {segment['size']}"
+        if found[0] != size:
+            return f"its segment is {found[0]} bytes where its manifest says {size}"
+        if etag and found[1] != etag:  # the stitch copies only the very bytes it names
+            return "its segment in the store is not the one its manifest names (another ETag)"
         return ""
 
     with ThreadPoolExecutor(max_workers=16, thread_name_prefix="segment-check") as pool:

@@ -179,8 +179,9 @@ class JobRecords(Outbox):
             )  # fmt: skip
         return bool(forgot)
 
-    def remake_chunk(self, job_id: str, index: int, why: str) -> bool:
-        """A done chunk queued again, its budget fresh and the job's done count one less, while
+    def remake_chunk(self, job_id: str, index: int, why: str, target: ChunkState) -> bool:
+        """A done chunk moved back to `target` (rendered: its frames are encoded again; queued),
+        its budget fresh and the job's done count one less, while
         the job has failed or was cancelled (`farm retry`: its segment is gone from the store,
         so the stitch could never join it). True when it moved; a running job is never
         touched: its chunks are the workers'."""
@@ -190,7 +191,7 @@ class JobRecords(Outbox):
         with wrapped(f"make chunk {index} again"):
             moved = self.r.eval(
                 _REMAKE, 3, keys.r_chunk(job_id, index), keys.r_job(job_id), keys.r_events(job_id),
-                JobState.FAILED, JobState.CANCELLED, ChunkState.DONE, ChunkState.QUEUED,
+                JobState.FAILED, JobState.CANCELLED, ChunkState.DONE, target,
                 f"{time.time():.3f}", entry, EARLY_PART,
             )  # fmt: skip
         return bool(moved)

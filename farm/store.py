@@ -258,6 +258,11 @@ class Store:
 
     def size(self, key: str) -> int | None:
         """The object's size, or None when it is not there."""
+        found = self.head(key)
+        return None if found is None else found[0]
+
+    def head(self, key: str) -> tuple[int, str] | None:
+        """The object's size and ETag, or None when it is not there."""
         with _wrapped(f"look up {key}"):
             try:
                 head = self.s3.head_object(Bucket=self.bucket, Key=key)
@@ -265,7 +270,7 @@ class Store:
                 if exc.response.get("Error", {}).get("Code") in NOT_FOUND:
                     return None
                 raise
-        return int(head["ContentLength"])
+        return int(head["ContentLength"]), str(head.get("ETag", ""))
 
     def exists(self, key: str) -> bool:
         return self.size(key) is not None

@@ -35,7 +35,7 @@ _TIME = re.compile(r"^\s*Time: (?:(\d+):)?(\d+):(\d+(?:\.\d+)?) \(Saving: ")
 _FRAME_FILE = re.compile(r"^frame_(?P<frame>\d{6,})\.(?P<ext>[a-z0-9]{2,4})$")
 _PREVIEW_FILE = re.compile(r"^preview_(?P<frame>\d{6,})\.png$")
 _THUMB_FILE = re.compile(r"^thumb_(?P<frame>\d{6,})\.jpg$")
-_OUTPUT_PART = re.compile(r"^[A-Za-z0-9_#-][A-Za-z0-9._#-]{0,199}$")
+_OUTPUT_PART = re.compile(r"^[\w#-][\w.#-]{0,199}$")
 """A File Output node's folder or file name as the render script leaves it (safe_slot)."""
 
 
@@ -251,8 +251,11 @@ class FrameRejected(ValueError):
     """A FARM-FRAME line that names something other than the chunk's own files for the frame."""
 
 
-def accept_frame(line: ScriptLine, *, out_dir: Path, frames: Sequence[int]) -> RenderedFrame:
-    """Check a FRAME line: a frame of this chunk, plain file names for that frame, in `out_dir`."""
+def accept_frame(
+    line: ScriptLine, *, out_dir: Path, frames: Sequence[int], nonce: str
+) -> RenderedFrame:
+    """Check a FRAME line: a frame of this chunk, plain file names for that frame, in `out_dir`
+    (its File Output files in this run's folder for the frame: `nonce`)."""
     body = line.body
     frame = body.get("frame")
     if not isinstance(frame, int) or isinstance(frame, bool) or frame not in frames:
@@ -264,7 +267,7 @@ def accept_frame(line: ScriptLine, *, out_dir: Path, frames: Sequence[int]) -> R
     preview = _own_file(out_dir, str(body.get("preview")), frame, _PREVIEW_FILE)
     thumb = body.get("thumbnail")
     render_s = body.get("render_s")
-    outputs_dir = out_dir / outputs_name(frame)
+    outputs_dir = out_dir / outputs_name(nonce, frame)
     return RenderedFrame(
         frame=frame,
         files=files,

@@ -34,7 +34,7 @@ PREVIEW_DEPTHS = ("8", "16")
 MOVIE_FORMATS = frozenset({"FFMPEG", "AVI_JPEG", "AVI_RAW"})
 PER_CHUNK = frozenset({"frames", "nonce", "permit"})
 """The only fields in which a warm Blender's later job files may differ from its first."""
-_UNSAFE = re.compile(r"[^A-Za-z0-9._#-]+")
+_UNSAFE = re.compile(r"[^\w.#-]+")
 
 
 class ChunkFailed(Exception):
@@ -56,9 +56,22 @@ def map_engine(name: str, available: Iterable[str]) -> str:
 
 def safe_slot(path: str) -> str:
     """A File Output slot path made into one plain name (no folders, no `..`, no absolute, not
-    hidden); its end kept as the artist typed it (`beauty_` still writes `beauty_0001.png`)."""
-    name = _UNSAFE.sub("_", path.replace("\\", "/").replace("/", "_")).lstrip("._")
-    return name.rstrip(".") or "slot"
+    hidden, at most 150 characters), kept as the artist typed it where it already is one
+    (`beauty_` still writes `beauty_0001.png`, `beauty.` writes `beauty.0001.exr`)."""
+    plain = path.replace("\\", "/").lstrip("./")  # what aims it elsewhere, or hides it
+    name = _UNSAFE.sub("_", plain.replace("/", "_"))[:150]
+    return name or "slot"
+
+
+def unique(name: str, taken: set[str]) -> str:
+    """`name`, or `name_2`, `name_3`... where it is taken already (two slots made plain alike:
+    `a b` and `a_b`); added to `taken`."""
+    found, n = name, 1
+    while found.casefold() in taken:  # a case-insensitive disk would merge them too
+        n += 1
+        found = f"{name}_{n}"
+    taken.add(found.casefold())
+    return found
 
 
 def frame_name(frame: int, extension: str) -> str:
@@ -88,50 +101,40 @@ def preview_name(frame: int) -> str:
     return f"preview_{frame:06d}.png"
 
 
-FILE_OUTPUT = "file_output"
-"""Where File Output nodes write in the chunk's folder (one folder a node, or a node's
-multilayer EXR beside them); each frame's files are then moved to `outputs_<frame>/`."""
 MAX_OUTPUTS = 256
 """File Output files one frame may announce: a scene's passes, not a flood of uploads."""
 
 
-def outputs_name(frame: int) -> str:
-    """The folder of one frame's File Output files, as they were laid out under FILE_OUTPUT."""
-    return f"outputs_{frame:06d}"
+def outputs_name(nonce: str, frame: int) -> str:
+    """The folder the File Output nodes write one frame into, this run's own (its nonce): no
+    other run, a killed one's leftovers or a second chunk of the job beside it, writes there."""
+    return f"outputs_{nonce}_{frame:06d}"
 
 
-def take_outputs(out_dir: str, frame: int) -> list[str]:
-    """Move what the File Output nodes wrote for `frame` (everything under FILE_OUTPUT now: the
-    frame before took its own) into the frame's own folder; their paths relative to it. Only
-    plain files, a node's folder deep at most; anything else is left where it is."""
-    source = os.path.join(out_dir, FILE_OUTPUT)
-    target = os.path.join(out_dir, outputs_name(frame))
-    found = list(_output_files(source))
+def list_outputs(folder: str, frame: int) -> list[str]:
+    """What the File Output nodes wrote into the frame's folder: their paths relative to it,
+    plain files a node's folder deep at most (anything else is not announced)."""
+    found = sorted(_output_files(folder))
     if len(found) > MAX_OUTPUTS:
         raise ChunkFailed(
             f"frame {frame}: the scene's File Output nodes wrote {len(found)} files, more than "
             f"the {MAX_OUTPUTS} a frame may keep; write fewer passes (a multilayer EXR holds many)"
         )
-    taken: list[str] = []
-    for parent, rel in found:
-        os.makedirs(os.path.join(target, os.path.dirname(rel)), exist_ok=True)
-        os.replace(os.path.join(parent, os.path.basename(rel)), os.path.join(target, rel))
-        taken.append(rel)
-    return sorted(taken)
+    return found
 
 
-def _output_files(source: str) -> Iterator[tuple[str, str]]:
+def _output_files(folder: str) -> Iterator[str]:
     try:
-        top = list(os.scandir(source))
+        top = list(os.scandir(folder))
     except OSError:
         return
-    for entry in sorted(top, key=lambda e: e.name):
+    for entry in top:
         if entry.is_file(follow_symlinks=False):
-            yield source, entry.name
+            yield entry.name
         elif entry.is_dir(follow_symlinks=False):
-            for inner in sorted(os.scandir(entry.path), key=lambda e: e.name):
+            for inner in os.scandir(entry.path):
                 if inner.is_file(follow_symlinks=False):
-                    yield entry.path, f"{entry.name}/{inner.name}"
+                    yield f"{entry.name}/{inner.name}"
 
 
 def thumb_name(frame: int) -> str:
@@ -269,6 +272,8 @@ class Renderer:
         self.preview_depth = depth if depth in PREVIEW_DEPTHS else "8"
         self.can_link = True
         """False once the folder's filesystem refused a hard link (Renderer.link)."""
+        self.file_outputs: list[tuple[Any, str]] = []
+        """The scene's File Output nodes and the plain name each writes under."""
 
     def run(self) -> None:
         self.scene = self.load()
@@ -475,22 +480,34 @@ class Renderer:
             scene.cycles.denoiser = "OPENIMAGEDENOISE"
 
     def confine_file_outputs(self, scene: Any) -> None:
-        """File Output nodes write into the chunk folder, whatever path the scene gave them."""
+        """File Output nodes write into the chunk folder, whatever path the scene gave them:
+        each frame into a folder of its own (aim_file_outputs), each node in a folder (or, for a
+        multilayer EXR, a file) named after it. Names are made plain, and names that would
+        clash once plain get a number, so no pass overwrites another."""
         trees = [getattr(scene, "node_tree", None), getattr(scene, "compositing_node_group", None)]
         seen: set[int] = set()
+        folders: set[str] = set()
         for tree in trees:
             for node in self._nodes(tree, seen):
                 if node.bl_idname != "CompositorNodeOutputFile":
                     continue
-                node.base_path = os.path.join(self.out_dir, FILE_OUTPUT, safe_slot(node.name))
+                self.file_outputs.append((node, unique(safe_slot(node.name), folders)))
+                names: set[str] = set()
                 for slot in getattr(node, "file_slots", ()):
-                    slot.path = safe_slot(slot.path)
+                    slot.path = unique(safe_slot(slot.path), names)
                 for slot in getattr(node, "layer_slots", ()):
-                    slot.name = safe_slot(slot.name)
-                if hasattr(node, "directory"):  # 5.0's File Output node
-                    node.directory = node.base_path
-                if hasattr(node, "file_name"):
-                    node.file_name = safe_slot(node.file_name)
+                    slot.name = unique(safe_slot(slot.name), names)
+                if hasattr(node, "file_name"):  # 5.0's File Output node
+                    node.file_name = unique(safe_slot(node.file_name), names)
+
+    def aim_file_outputs(self, frame: int) -> str:
+        """Point every File Output node at this run's folder for `frame`; the folder."""
+        folder = os.path.join(self.out_dir, outputs_name(self.nonce, frame))
+        for node, name in self.file_outputs:
+            node.base_path = os.path.join(folder, name)
+            if hasattr(node, "directory"):  # 5.0's File Output node
+                node.directory = node.base_path
+        return folder
 
     def _nodes(self, tree: Any, seen: set[int]) -> Iterator[Any]:
         if tree is None or id(tree) in seen:
@@ -505,6 +522,7 @@ class Renderer:
         bpy = self.bpy
         announce("START", self.nonce, frame=frame)
         started = time.monotonic()
+        outputs = self.aim_file_outputs(frame)
         scene.frame_set(frame)
         bpy.ops.render.render(write_still=False, scene=scene.name)
         render_s = time.monotonic() - started
@@ -541,7 +559,7 @@ class Renderer:
             files=[name],
             preview=preview,
             thumbnail=thumb,
-            outputs=take_outputs(self.out_dir, frame),
+            outputs=list_outputs(outputs, frame),
             render_s=round(render_s, 3),
             save_s=round(time.monotonic() - started - render_s, 3),
         )

@@ -144,7 +144,9 @@ class _Progress:
                 self.first_frame_s = now
         elif line.kind == "FRAME":
             try:
-                rendered = blender.accept_frame(line, out_dir=self.out_dir, frames=self.todo)
+                rendered = blender.accept_frame(
+                    line, out_dir=self.out_dir, frames=self.todo, nonce=self.nonce
+                )
             except blender.FrameRejected as exc:
                 log.warning("ignored a frame line of the render script: %s", exc)
                 self.rejected.append(str(exc))

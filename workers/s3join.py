@@ -38,9 +38,8 @@ log = logging.getLogger(__name__)
 
 S3COPY = "s3copy"
 UNJOINABLE = (
-    "the video cannot be joined without it: `farm retry` makes that chunk again, from its frames "
-    "still in the store (a lifecycle rule that expires segments before the stitch, or a "
-    "deletion, does this)"
+    "the video cannot be joined without it: `farm retry` makes that chunk again (a lifecycle "
+    "rule that expires segments before the stitch, or a deletion, does this)"
 )
 MIN_PART_BYTES = 5 << 20
 """S3's least part size, for every part but the last (SeaweedFS does not insist; S3 does)."""

@@ -63,7 +63,9 @@ def render(
             found.loaded = dict(parsed.body)
         if parsed.kind == "FRAME":
             try:
-                found.frames.append(blender.accept_frame(parsed, out_dir=out_dir, frames=frames))
+                found.frames.append(
+                    blender.accept_frame(parsed, out_dir=out_dir, frames=frames, nonce=nonce)
+                )
             except blender.FrameRejected as exc:
                 found.rejected.append(str(exc))
 
@@ -336,7 +338,7 @@ def test_file_output_nodes_write_only_into_the_chunk_folder(scenes: Path, tmp_pa
     assert not (scenes / "outside").exists()
     assert not list(scenes.parent.glob("escape_*"))
     written = [p for p in done.out_dir.rglob("*") if p.is_file()]
-    assert any("outputs_000001" in p.parts for p in written)  # moved from file_output/
+    assert any(p.parent.parent.name.startswith("outputs_") for p in written)
     assert all(done.out_dir in p.parents for p in written)
 
 
@@ -349,9 +351,10 @@ def test_each_frames_file_output_files_are_announced_with_it(scenes: Path, tmp_p
         assert len(rendered.outputs) == 1, rendered.outputs
         name = rendered.outputs[0]
         assert name.startswith("File_Output/") and f"{rendered.frame:04d}" in name, name
-        assert rendered.outputs_dir == done.out_dir / f"outputs_{rendered.frame:06d}"
+        folder = rendered.outputs_dir
+        assert folder.parent == done.out_dir and folder.name.endswith(f"_{rendered.frame:06d}")
         assert (rendered.outputs_dir / name).read_bytes()[:4] == b"\x89PNG"
-    assert not list((done.out_dir / "file_output").rglob("*.png"))  # each frame took its own
+    assert len({r.outputs_dir for r in done.frames}) == 2  # each frame wrote into its own
 
 
 def test_same_script_runs_inside_a_blender_binary(tmp_path: Path) -> None:

@@ -3,6 +3,9 @@ is made again, the others kept; a real Redis and a real SeaweedFS."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from farm import keys
@@ -13,6 +16,12 @@ from farm.spec import build_render_spec
 from farm.state import ChunkState, JobState
 from farm.store import Store
 from tests.integration.test_retry_scene import _settings
+
+
+def _file(data: bytes) -> Path:
+    path = Path(tempfile.mkdtemp()) / "segment.mp4"
+    path.write_bytes(data)
+    return path
 
 
 def _done_job(ledger: Ledger, store: Store, job_id: str) -> None:
@@ -36,7 +45,7 @@ def test_a_done_chunk_whose_segment_is_gone_is_made_again_by_a_retry(
     ledger: Ledger, redis_url: str, store: Store
 ) -> None:
     """GIVEN a job that failed at the stitch: chunk 1's segment expired from the store WHEN it is
-    retried THEN chunk 1 is queued again with a fresh budget, chunk 0 stays done, the job runs
+    retried THEN chunk 1 waits to be encoded again from its frames, with a fresh budget, chunk 0 stays done, the job runs
     with one chunk to go and says why in its events."""
     _done_job(ledger, store, "gone")
     store.delete(keys.segment_key("gone", 1, 1))
@@ -51,32 +60,43 @@ def test_a_done_chunk_whose_segment_is_gone_is_made_again_by_a_retry(
     assert (job["state"], job["chunks_done"]) == (JobState.RUNNING, "1")
     assert [ledger.chunk("gone", i)["state"] for i in (0, 1)] == [
         ChunkState.DONE,
-        ChunkState.QUEUED,
+        ChunkState.RENDERED,
     ]
     assert ledger.chunk("gone", 1)["failures"] == "0"
     remade = [e for e in ledger.events("gone") if e["event"] == "chunk-remade"]
     assert [(e["chunk"], e["why"]) for e in remade] == [(1, "its segment is gone from the store")]
 
 
-@pytest.mark.parametrize("damage", ["manifest", "size"])
+@pytest.mark.parametrize("damage", ["manifest", "size", "garbled", "etag"])
 def test_a_chunk_whose_manifest_is_gone_or_segment_differs_is_made_again(
     ledger: Ledger, redis_url: str, store: Store, damage: str
 ) -> None:
     job_id = f"damaged-{damage}"
     _done_job(ledger, store, job_id)
+    key = keys.segment_key(job_id, 0, 1)
     if damage == "manifest":
         store.delete(keys.manifest_key(job_id, 0))
+    elif damage == "garbled":
+        store.put_bytes(keys.manifest_key(job_id, 0), b"{not json")
+    elif damage == "etag":  # the same size, other bytes: not the segment the manifest names
+        etag = store.put_file(key, _file(b"segment 0"))
+        store.put_json(
+            keys.manifest_key(job_id, 0), {"segment": {"key": key, "size": 9, "etag": etag}}
+        )
+        store.put_bytes(key, b"segment X")
     else:
-        store.put_bytes(keys.segment_key(job_id, 0, 1), b"cut")
+        store.put_bytes(key, b"cut")
     ledger.cancel_job(job_id)
     reopened = reopen(_settings(redis_url, store), job_id, every_unfinished=True)
     assert list(reopened.remade) == [0]
-    assert ("manifest is gone" if damage == "manifest" else "3 bytes") in reopened.remade[0]
+    said = {"manifest": "manifest is gone", "size": "3 bytes", "garbled": "cannot be read",
+            "etag": "another ETag"}[damage]  # fmt: skip
+    assert said in reopened.remade[0], reopened.remade
 
 
 def test_a_running_jobs_done_chunk_is_never_remade(ledger: Ledger, store: Store) -> None:
     """Only a failed or cancelled job's chunks move: a running job's are the workers'."""
     _done_job(ledger, store, "running")
-    assert not ledger.remake_chunk("running", 0, "its segment is gone from the store")
+    assert not ledger.remake_chunk("running", 0, "its segment is gone", ChunkState.RENDERED)
     assert ledger.chunk("running", 0)["state"] == ChunkState.DONE
     assert ledger.job("running")["chunks_done"] == "2"

@@ -208,6 +208,7 @@ def test_a_frame_of_the_chunk_in_its_folder_is_accepted(tmp_path: Path) -> None:
     frame = accept_frame(
         _frame_line(12, ["frame_000012.exr"], "preview_000012.png"),
         out_dir=tmp_path,
+        nonce=NONCE,
         frames=[11, 12],
     )
     assert frame.frame == 12
@@ -234,7 +235,9 @@ def test_anything_else_is_rejected(
     for name in ("frame_000011.png", "frame_000012.png", "preview_000012.png"):
         (tmp_path / name).write_bytes(b"x")
     with pytest.raises(FrameRejected):
-        accept_frame(_frame_line(frame, files, preview), out_dir=tmp_path, frames=[11, 12])
+        accept_frame(
+            _frame_line(frame, files, preview), out_dir=tmp_path, nonce=NONCE, frames=[11, 12]
+        )
 
 
 @pytest.mark.parametrize(
@@ -258,9 +261,9 @@ def test_a_frames_thumbnail_must_be_its_own_jpeg_in_the_folder(
     line.body["thumbnail"] = thumb  # type: ignore[index]
     if not accepted:
         with pytest.raises(FrameRejected):
-            accept_frame(line, out_dir=tmp_path, frames=[11, 12])
+            accept_frame(line, out_dir=tmp_path, nonce=NONCE, frames=[11, 12])
         return
-    frame = accept_frame(line, out_dir=tmp_path, frames=[11, 12])
+    frame = accept_frame(line, out_dir=tmp_path, nonce=NONCE, frames=[11, 12])
     assert frame.thumbnail == (tmp_path / thumb if thumb else None)
 
 
@@ -271,6 +274,7 @@ def test_a_symlink_named_like_a_frame_is_rejected(tmp_path: Path) -> None:
         accept_frame(
             _frame_line(12, ["frame_000012.png"], "preview_000012.png"),
             out_dir=tmp_path,
+            nonce=NONCE,
             frames=[12],
         )
 
@@ -306,12 +310,12 @@ def _with_outputs(tmp_path: Path, outputs: list[object]) -> ScriptLine:
 
 
 def test_a_frames_file_output_files_are_accepted_from_its_own_folder(tmp_path: Path) -> None:
-    folder = tmp_path / "outputs_000012"
+    folder = tmp_path / f"outputs_{NONCE}_000012"
     (folder / "Depth").mkdir(parents=True)
     (folder / "Depth" / "Image0012.exr").write_bytes(b"x")
     (folder / "Passes0012.exr").write_bytes(b"x")  # a node's multilayer EXR
     line = _with_outputs(tmp_path, ["Depth/Image0012.exr", "Passes0012.exr"])
-    frame = accept_frame(line, out_dir=tmp_path, frames=[12])
+    frame = accept_frame(line, out_dir=tmp_path, nonce=NONCE, frames=[12])
     assert frame.outputs == ("Depth/Image0012.exr", "Passes0012.exr")
     assert frame.outputs_dir == folder
 
@@ -321,7 +325,10 @@ def test_a_frame_line_without_outputs_has_none(tmp_path: Path) -> None:
     for name in ("frame_000012.png", "preview_000012.png"):
         (tmp_path / name).write_bytes(b"x")
     frame = accept_frame(
-        _frame_line(12, ["frame_000012.png"], "preview_000012.png"), out_dir=tmp_path, frames=[12]
+        _frame_line(12, ["frame_000012.png"], "preview_000012.png"),
+        out_dir=tmp_path,
+        nonce=NONCE,
+        frames=[12],
     )
     assert frame.outputs == ()
 
@@ -345,7 +352,7 @@ def test_a_frame_line_without_outputs_has_none(tmp_path: Path) -> None:
 def test_file_outputs_that_are_not_the_frames_own_files_are_rejected(
     tmp_path: Path, outputs: list[object]
 ) -> None:
-    folder = tmp_path / "outputs_000012"
+    folder = tmp_path / f"outputs_{NONCE}_000012"
     (folder / "Depth").mkdir(parents=True)
     (folder / "Depth" / "Image0012.exr").write_bytes(b"x")
     (folder / "Link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
@@ -353,7 +360,7 @@ def test_file_outputs_that_are_not_the_frames_own_files_are_rejected(
     (tmp_path / "elsewhere" / "Image0012.exr").write_bytes(b"x")
     (folder / "Linked0012.exr").symlink_to("/etc/passwd")
     with pytest.raises(FrameRejected):
-        accept_frame(_with_outputs(tmp_path, outputs), out_dir=tmp_path, frames=[12])
+        accept_frame(_with_outputs(tmp_path, outputs), out_dir=tmp_path, nonce=NONCE, frames=[12])
 
 
 def test_a_flood_of_file_outputs_is_rejected(tmp_path: Path) -> None:
@@ -361,5 +368,6 @@ def test_a_flood_of_file_outputs_is_rejected(tmp_path: Path) -> None:
         accept_frame(
             _with_outputs(tmp_path, [f"x{i}.png" for i in range(MAX_OUTPUTS + 1)]),
             out_dir=tmp_path,
+            nonce=NONCE,
             frames=[12],
         )

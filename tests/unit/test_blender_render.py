@@ -12,9 +12,11 @@ from workers.blender_render import (
     ChunkFailed,
     frame_is_preview,
     job_path,
+    list_outputs,
     map_engine,
+    outputs_name,
     safe_slot,
-    take_outputs,
+    unique,
 )
 
 ENGINES_4_5 = ["BLENDER_EEVEE_NEXT", "BLENDER_WORKBENCH", "CYCLES"]
@@ -38,6 +40,8 @@ def test_an_engine_this_blender_lacks_fails_naming_what_it_has() -> None:
         ("/etc/cron.d/x_", "etc_cron.d_x_"),
         ("../../escape_", "escape_"),
         ("passes/beauty_", "passes_beauty_"),
+        ("beauty.", "beauty."),
+        ("_beauty", "_beauty"),
         ("..", "slot"),
         ("..\\..\\win", "win"),
         ("beauty_####", "beauty_####"),
@@ -104,37 +108,36 @@ def test_a_frame_that_differs_from_the_preview_gets_its_own(
     assert not frame_is_preview(_scene(**changes), depth)
 
 
-def test_each_frames_file_output_files_move_to_a_folder_of_its_own(tmp_path: Path) -> None:
-    """GIVEN what File Output nodes wrote for frame 7 (a node's folder of slots, a node's
-    multilayer EXR) WHEN the frame is announced THEN they move under outputs_000007 as laid out,
-    and the next frame takes only what was written after."""
-    written = tmp_path / "file_output"
-    (written / "Depth").mkdir(parents=True)
-    (written / "Depth" / "Image0007.png").write_bytes(b"d")
-    (written / "Passes0007.exr").write_bytes(b"p")
-    assert take_outputs(str(tmp_path), 7) == ["Depth/Image0007.png", "Passes0007.exr"]
-    assert (tmp_path / "outputs_000007" / "Depth" / "Image0007.png").read_bytes() == b"d"
-    assert (tmp_path / "outputs_000007" / "Passes0007.exr").read_bytes() == b"p"
-    (written / "Depth" / "Image0008.png").write_bytes(b"e")
-    assert take_outputs(str(tmp_path), 8) == ["Depth/Image0008.png"]
+def test_a_frames_file_output_files_are_listed_as_the_nodes_laid_them_out(
+    tmp_path: Path,
+) -> None:
+    """GIVEN what File Output nodes wrote into a frame's folder (a node's folder of slots, a
+    node's multilayer EXR) THEN they are announced relative to it; links are not."""
+    (tmp_path / "Depth").mkdir()
+    (tmp_path / "Depth" / "Image0007.png").write_bytes(b"d")
+    (tmp_path / "Passes0007.exr").write_bytes(b"p")
+    (tmp_path / "Link0007.png").symlink_to("/etc/passwd")
+    (tmp_path / "Dir").symlink_to("/etc", target_is_directory=True)
+    assert list_outputs(str(tmp_path), 7) == ["Depth/Image0007.png", "Passes0007.exr"]
 
 
 def test_a_scene_without_file_output_nodes_has_no_outputs(tmp_path: Path) -> None:
-    assert take_outputs(str(tmp_path), 1) == []
+    assert list_outputs(str(tmp_path / "none"), 1) == []
 
 
-def test_links_among_file_outputs_are_left_where_they_are(tmp_path: Path) -> None:
-    written = tmp_path / "file_output"
-    written.mkdir()
-    (written / "Link0001.png").symlink_to("/etc/passwd")
-    (written / "Dir").symlink_to("/etc", target_is_directory=True)
-    assert take_outputs(str(tmp_path), 1) == []
+def test_each_run_and_frame_has_a_folder_of_its_own() -> None:
+    """A killed run's leftovers, or a second chunk of the job beside it, never write into it."""
+    assert outputs_name("a" * 32, 7) != outputs_name("b" * 32, 7) != outputs_name("b" * 32, 8)
+
+
+def test_names_that_clash_once_plain_get_a_number() -> None:
+    taken: set[str] = set()
+    names = [unique(safe_slot(n), taken) for n in ("a b", "a_b", "A_B", "深度", "法線")]
+    assert names == ["a_b", "a_b_2", "A_B_3", "深度", "法線"]
 
 
 def test_more_file_outputs_than_a_frame_may_keep_fail_the_chunk(tmp_path: Path) -> None:
-    written = tmp_path / "file_output"
-    written.mkdir()
     for i in range(MAX_OUTPUTS + 1):
-        (written / f"pass{i}_0001.png").write_bytes(b"x")
+        (tmp_path / f"pass{i}_0001.png").write_bytes(b"x")
     with pytest.raises(ChunkFailed, match="more than"):
-        take_outputs(str(tmp_path), 1)
+        list_outputs(str(tmp_path), 1)
