@@ -50,7 +50,9 @@ class Chunk:
         if parsed is not None and parsed.kind == "LOADED":
             self.loaded = dict(parsed.body)
         if parsed is not None and parsed.kind == "FRAME":
-            rendered = blender.accept_frame(parsed, out_dir=self.out_dir, frames=self.frames)
+            rendered = blender.accept_frame(
+                parsed, out_dir=self.out_dir, frames=self.frames, nonce=self.nonce
+            )
             self.saved.append(rendered.frame)
 
 
