@@ -65,8 +65,10 @@ test-fast: venv lint typecheck
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# The import contracts (pyproject.toml's [tool.importlinter]) are the house's floors.
 lint: venv
 	$(BIN)/ruff check farm workers tests bench scenes
+	$(BIN)/lint-imports
 	$(BIN)/ruff format --check farm workers tests bench scenes
 
 typecheck: venv

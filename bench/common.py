@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from farm.adapters.settings import Settings, load_settings
+from farm.adapters.store import Store
+from farm.control.local import Farm
 from farm.ledger import Ledger
-from farm.local import Farm
-from farm.settings import Settings, load_settings
-from farm.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 

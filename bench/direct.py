@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from farm.proc import run
+from farm.adapters.proc import run
 
 _SCRIPT = """
 import json, sys
@@ -31,7 +31,7 @@ scene.render.use_file_extension = True
 bpy.app.handlers.render_write.append(lambda *_: print("WROTE", flush=True))
 bpy.ops.render.render(animation=True)
 import os
-os._exit(0)  # bpy 4.5 can hang in its static destructors (see workers/blender_render.finish)
+os._exit(0)  # bpy 4.5 can hang in its static destructors (see farm/blender/script.finish)
 """
 
 

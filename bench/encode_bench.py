@@ -16,9 +16,9 @@ from typing import Any
 
 from bench import common
 from bench.common import Row
-from farm.master import probe_master
-from workers.ffgraph import EncodeSettings, choose_encoder, codec_options
-from workers.transcode_graph import default_quality, options_argv
+from farm.media.ffgraph import EncodeSettings, choose_encoder, codec_options
+from farm.media.master import probe_master
+from farm.media.transcode_graph import default_quality, options_argv
 
 FFMPEG = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[dict[str, Any], list[Row]
         farm_s = time.monotonic() - started
         summary = json.loads(submit.stdout)
         job = farm.ledger().job(summary["id"])
-        store = farm.store()
+        store = farm.adapters.store()
         seg_dir = work / "segments"
         seg_keys = sorted(store.keys(f"jobs/{summary['id']}/segments/"))
         for key in seg_keys:

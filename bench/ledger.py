@@ -24,10 +24,10 @@ from typing import Any
 import redis
 
 from bench.common import Row
+from farm.core.pipeline import PHASES, Phase
+from farm.core.plan import plan_chunks
+from farm.core.spec import build_render_spec
 from farm.ledger import Ledger
-from farm.pipeline import PHASES, Phase
-from farm.plan import plan_chunks
-from farm.spec import build_render_spec
 from workers.tasks import BLOCK_AFTER
 
 RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]

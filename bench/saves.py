@@ -1,4 +1,4 @@
-"""Frame saves: the seconds the render script (workers/blender_render.py, run as a worker runs it)
+"""Frame saves: the seconds the render script (farm/blender/script.py, run as a worker runs it)
 spends on each frame after Blender has rendered it, beside Blender saving the same frame alone,
 as `blender -a` does. What the farm adds to every frame: the video's preview (linked to the frame
 where the frame already is it), the job page's thumbnail. On a GPU host that is time the GPU
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, Row
-from farm.proc import run as run_program
-from workers import blender
+from farm.adapters.proc import run as run_program
+from farm.blender import command as blender
 
 SCENE = ROOT / "scenes" / "demo.blend"
 _BASELINE = """
@@ -37,7 +37,7 @@ for frame in job["frames"]:
     bpy.data.images["Render Result"].save_render(f"{job['out']}/{frame:06d}.png", scene=scene)
     print("SAVED", time.monotonic() - started, flush=True)
 import os
-os._exit(0)  # bpy 4.5 can hang in its static destructors (see workers/blender_render.finish)
+os._exit(0)  # bpy 4.5 can hang in its static destructors (see farm/blender/script.finish)
 """
 
 

@@ -1,5 +1,5 @@
 """A discrete-event simulation (heapq) of a spot GPU fleet rendering one job with the farm's own
-planner (farm.plan), chunk sizing (farm.chunking) and retry policy (workers.tasks.backoff_s and
+planner (farm.core.plan), chunk sizing (farm.core.chunking) and retry policy (workers.tasks.backoff_s and
 Settings.max_attempts / max_lost_leases). Deterministic for a seed; the same seed gives every policy the same
 frame times, boot times and reclaim times (common random numbers), so policies compare fairly.
 """
@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from bench.simspec import Fleet, Outcome, Workload
 from bench.simsplit import Splitting
 from bench.simtime import Book
-from farm import chunking, cost
-from farm.plan import Chunk, plan_chunks
-from farm.spec import FrameRange
+from farm.core import chunking, cost
+from farm.core.plan import Chunk, plan_chunks
+from farm.core.spec import FrameRange
 from workers.tasks import backoff_s
 
 __all__ = ["Fleet", "Outcome", "Workload", "estimate", "simulate"]
 
 ORPHAN_S = 60.0
-"""Work with no message and no claim is sent again after this (farm.reconcile orphan_after_s)."""
+"""Work with no message and no claim is sent again after this (farm.control.reconcile orphan_after_s)."""
 
 
 @dataclass(slots=True)
@@ -99,7 +99,7 @@ class Sim(Splitting):
         self.startups: list[float] = []
         self.remembered = self.auto and remembered
         if self.remembered:
-            # An earlier job of the scene measured it: sized at submit, as farm.jobs does.
+            # An earlier job of the scene measured it: sized at submit, as farm.control.jobs does.
             m = chunking.Measurement(startup_s=work.startup_s, frame_s=work.frame_s)
             chunks, plan = chunking.initial_plan(self.frames, chunk_size, self._pool(), m)
             self.chunks = {c.index: c for c in chunks}
@@ -298,7 +298,7 @@ class Sim(Splitting):
             return False
         self.saved.update(f for f, _ in task.saves)
         self.book.last_render = self.now
-        if task.saves:  # the chunk's frame_s, as the worker records it (farm.split reads them)
+        if task.saves:  # the chunk's frame_s, as the worker records it (farm.core.split reads them)
             begun = task.started + self.w.task_latency_s
             m = chunking.measure_saved_times([t - begun for _, t in task.saves])
             bisect.insort(self.timed, m.frame_s)
@@ -402,7 +402,7 @@ class Sim(Splitting):
 
 
 def pool_of(fleet: Fleet, workers: int = 0, splits: bool = False) -> chunking.Pool:
-    """The fleet as farm.chunking's sizing rule (and farm.cost's estimate) sees it."""
+    """The fleet as farm.core.chunking's sizing rule (and farm.core.cost's estimate) sees it."""
     return chunking.Pool(
         workers=workers or fleet.gpus,
         interruption_per_h=fleet.interruption_per_h,
@@ -430,7 +430,7 @@ def simulate(
     remembered: bool = False,
     splits: bool = False,
 ) -> Outcome:
-    """One run. chunk_size farm.chunking.AUTO probes first and sizes the rest as the farm does;
+    """One run. chunk_size farm.core.chunking.AUTO probes first and sizes the rest as the farm does;
     with `remembered`, an earlier job's measurement sizes the whole job at submit (policy auto*);
-    with `splits`, idle workers split running chunks as the farm's workers do (farm.split)."""
+    with `splits`, idle workers split running chunks as the farm's workers do (farm.core.split)."""
     return Sim(work, fleet, chunk_size, seed, remembered, splits).run()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from farm.cost import load_prices
-from farm.settings import Settings
+from farm.adapters.settings import Settings
+from farm.core.cost import load_prices
 
 _G5 = load_prices().price("us-east-1", "g5.xlarge")
 
@@ -36,13 +36,13 @@ class Fleet:
     max_attempts: int = Settings().max_attempts
     max_lost_leases: int = Settings().max_lost_leases
     spot_price_h: float = _G5.spot_h
-    """g5.xlarge (A10G), us-east-1, from the farm's price table (farm/prices.json)."""
+    """g5.xlarge (A10G), us-east-1, from the farm's price table (farm/core/prices.json)."""
     on_demand_price_h: float = _G5.on_demand_h
     warm_blender: bool = True
-    """Workers keep Blender with the job's scene open between its chunks (workers.warm): only an
+    """Workers keep Blender with the job's scene open between its chunks (workers.host.warm): only an
     instance's first chunk of the job, or its first after a crash, pays the start-up S."""
     encode_alongside: bool = True
-    """Workers encode a rendered chunk's segment beside their next render (workers.alongside; on
+    """Workers encode a rendered chunk's segment beside their next render (workers.host.alongside; on
     where the encoder is NVENC, as on the A10G), one at a time: a render that ends while the
     last encode runs waits for it."""
 
@@ -91,7 +91,7 @@ class Outcome:
     """When the first fleet was up: the mean time its instances became ready (boot is the
     cloud's; Blender start-up and everything after it is the farm's)."""
     splits: int = 0
-    """Running chunks split by idle workers (farm.split)."""
+    """Running chunks split by idle workers (farm.core.split)."""
     breakdown: Breakdown = Breakdown()
 
     @property

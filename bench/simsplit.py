@@ -1,6 +1,6 @@
 """No idle tail in the simulation (bench/sim.py): a freed worker looks for a running render to split
-at once and, while idle, every second after, as workers/splitter.py does, and splits it by
-farm.split's own rule.
+at once and, while idle, every second after, as workers/phases/splitter.py does, and splits it by
+farm.core.split's own rule.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from farm import split
-from farm.plan import Chunk
+from farm.core import split
+from farm.core.plan import Chunk
 
 if TYPE_CHECKING:
     from bench.simspec import Fleet, Workload
 
 SPLIT_LOOK_S = 1.0
-"""An idle worker looks for a chunk to split this often (workers/splitter.py EVERY_S)."""
+"""An idle worker looks for a chunk to split this often (workers/phases/splitter.py EVERY_S)."""
 
 
 class Splitting:
@@ -50,7 +50,7 @@ class Splitting:
         def _start_render(self, who: int, chunk: Chunk) -> None: ...
 
     def _look_later(self) -> None:
-        """Idle workers look for a chunk to split every SPLIT_LOOK_S, as workers/splitter.py."""
+        """Idle workers look for a chunk to split every SPLIT_LOOK_S, as workers/phases/splitter.py."""
         if self.splits and not self.looking:
             self.looking = True
             self._at(self.now + SPLIT_LOOK_S, "look", -1)
@@ -75,9 +75,9 @@ class Splitting:
         left, by the farm's rule, and renders the rest itself. False when none can be split."""
         if not self.splits or self.planning or self.render_q or self.encode_q:
             return False
-        # The farm's render workers hear of a split of their chunk at once (workers.wake).
+        # The farm's render workers hear of a split of their chunk at once (workers.attempt.wake).
         lag_s = split.WAKE_LAG_S
-        # As farm.split.choose: none on a warm Blender (the splitter takes the new chunk), else
+        # As farm.core.split.choose: none on a warm Blender (the splitter takes the new chunk), else
         # the start-up the job's finished chunks measured.
         startup_s = 0.0 if self.inst[who].warm else _median(self.startups)
         best: tuple[int, int, int] | None = None  # (moved, owner, last frame)

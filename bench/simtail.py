@@ -1,4 +1,4 @@
-"""No idle tail in the scale simulation: `auto` and `auto*` with and without splitting (farm.split)
+"""No idle tail in the scale simulation: `auto` and `auto*` with and without splitting (farm.core.split)
 at 0, 5 and 20%/h, means over seeds, makespan from when the fleet is up against the ideal, and
 where the time beyond the ideal went (bench.simtime).
 """
@@ -12,7 +12,7 @@ from typing import Any
 from bench.common import Row
 from bench.sim import Fleet, Workload, simulate
 from bench.simspec import Breakdown
-from farm.chunking import AUTO
+from farm.core.chunking import AUTO
 
 RATES = (0.0, 0.05, 0.20)
 SEEDS = (1, 2, 3)

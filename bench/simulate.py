@@ -10,12 +10,12 @@ from typing import Any
 from bench import simtail
 from bench.common import Row
 from bench.sim import Fleet, Outcome, Workload, simulate
-from farm.chunking import AUTO
-from farm.cost import price_of
+from farm.core.chunking import AUTO
+from farm.core.cost import price_of
 
 STITCH_S = 10.0
 """The stitch after the last segment, now that every other segment's part was copied as it was
-made (workers.s3join.copy_early): about 1,000 ranged index reads, the first part (one segment,
+made (workers.phases.s3join.copy_early): about 1,000 ranged index reads, the first part (one segment,
 sent), the upload's completion and a header ffprobe. Estimated, not measured on S3: on the local
 SeaweedFS it takes 1.15 s for 100 segments (bench stitch); S3's tens of milliseconds a request
 (8 reads at a time: about 4 s for 1,000) and the completion of 1,000 parts (seconds) make about

@@ -1,7 +1,7 @@
 """Stitch: joining N 4K segments by stream copy with the stitch task's own join and checks
-(workers.join: mp4join, then the tables and a header-only ffprobe), against `cp` of the same
+(farm.media.join: mp4join, then the tables and a header-only ffprobe), against `cp` of the same
 bytes; beside it, ffmpeg's concat demuxer and a packet count, the join the stitch falls back to;
-and, on a local farm's SeaweedFS, the join done by the store (workers.s3join) against the stitch
+and, on a local farm's SeaweedFS, the join done by the store (workers.phases.s3join) against the stitch
 through the worker (download, mp4join, upload).
 """
 
@@ -21,11 +21,9 @@ from typing import Any
 import ffmpeg
 
 from bench.common import Row, start_farm
-from farm.probe import probe_streams
-from farm.store import Store
-from workers import s3join
-from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv
-from workers.join import (
+from farm.adapters.store import Store
+from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv
+from farm.media.join import (
     CONCAT,
     MP4JOIN,
     JoinResult,
@@ -33,7 +31,9 @@ from workers.join import (
     join_segments,
     probe_joined,
 )
-from workers.stitch import DOWNLOADS, SegmentRef
+from farm.media.probe import probe_streams
+from workers.phases import s3join
+from workers.phases.stitch import DOWNLOADS, SegmentRef
 
 FPS = Fraction(24)
 
@@ -299,7 +299,7 @@ def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
         store_frames = 8 if store_note else frames
         farm = start_farm(workers=1, base=Path(tmp) / "farm")
         try:
-            store = farm.store()
+            store = farm.adapters.store()
             store_cases = [
                 measure_store(store, n, store_source, work, store_frames, repeats) for n in counts
             ]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import LocalFarm, Row
-from farm.store import Store
+from farm.adapters.store import Store
 
 CONCURRENCY = 8
 
@@ -68,7 +68,7 @@ def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
     if not quick:
         # A 1080p PNG frame is a few MiB; a 4K chunk segment tens of MiB.
         sizes = {"frame": (64, 4 * 2**20), "segment": (8, 32 * 2**20)}
-    store = farm.store()
+    store = farm.adapters.store()
     cases: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="farm-bench-store-") as tmp:
         work = Path(tmp)

@@ -17,13 +17,13 @@ from typing import Any
 
 from celery import Celery
 
+from farm.core.errors import FramesMissing
+from farm.core.pipeline import PHASES, Phase
+from farm.core.state import JobState
 from farm.dispatch import Dispatcher
-from farm.errors import FramesMissing
-from farm.pipeline import PHASES, Phase
-from farm.state import JobState
-from workers.attempt import ChunkAttempt, Outcome, Work
-from workers.context import WorkerContext
-from workers.frames import FrameUploader, frames_to_render
+from workers.attempt.context import WorkerContext
+from workers.attempt.lifecycle import ChunkAttempt, Outcome, Work
+from workers.phases.frames import FrameUploader, frames_to_render
 from workers.tasks import run_chunk_phase
 
 BENCH_RENDER = "farm.bench.render"

@@ -1,6 +1,6 @@
 """The Celery side of the farm: app settings for long tasks, and sending tasks by name.
 
-farm never imports workers; it knows the task names and queues from farm.pipeline.
+farm never imports workers; it knows the task names and queues from farm.core.pipeline.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
-from farm.errors import ConfigError, FarmError, UnreachableError
+from farm.adapters.settings import Settings
+from farm.core.errors import ConfigError, FarmError, UnreachableError
+from farm.core.pipeline import STITCH, TASK_QUEUES, Phase, Queue, spec_of
 from farm.ledger import Ledger
-from farm.pipeline import STITCH, TASK_QUEUES, Phase, Queue, spec_of
-from farm.settings import Settings
 
 PRIORITY_STEPS = list(range(10))
 """kombu's Redis transport keeps one list per step and pops the lowest step first (0 is the most
@@ -119,3 +119,12 @@ class Dispatcher:
 
     def stitch(self, job_id: str, countdown_s: float = 0) -> str:
         return self._send(STITCH.task, {"job_id": job_id}, countdown_s)
+
+
+def ping_worker(settings: Settings, name: str, *, timeout_s: float) -> bool:
+    """Whether the worker called `name` answers a ping through the broker within timeout_s."""
+    try:
+        replies = make_app(settings).control.ping(destination=[name], timeout=timeout_s)
+    except OperationalError as exc:
+        raise UnreachableError(f"the broker does not answer ({exc})") from exc
+    return bool(replies)

@@ -62,8 +62,8 @@ class LocalFarm:
         return loaded
 
     def store(self) -> Any:
-        from farm.settings import load_settings
-        from farm.store import Store
+        from farm.adapters.settings import load_settings
+        from farm.adapters.store import Store
 
         return Store.from_settings(load_settings(env={}, config_path=self.config))
 
@@ -73,7 +73,7 @@ class LocalFarm:
         return Ledger.from_url(self.settings()["redis_url"], ride_out_s=30)
 
     def planned_chunks(self, job_id: str) -> int:
-        """The job's chunks less those its splits added (farm.split: an idle worker may split a
+        """The job's chunks less those its splits added (farm.core.split: an idle worker may split a
         running chunk's tail, so a job ends with as many more chunks as it had splits)."""
         job = self.ledger().job(job_id)
         return int(job["chunks_total"]) - int(job.get("splits", 0))

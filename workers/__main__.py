@@ -22,22 +22,24 @@ import click
 from celery import Celery
 from celery.signals import worker_ready, worker_shutting_down
 
-from farm import cost
-from farm import cpus as farm_cpus
-from farm.cli_serve import worker_options
+from farm.adapters import cpus as farm_cpus
+from farm.adapters.settings import Settings, load_settings
+from farm.adapters.store import Store
+from farm.adapters.worker_flags import worker_options
+from farm.core import cost
+from farm.core.errors import ConfigError, FarmError
+from farm.core.pipeline import Queue
 from farm.dispatch import Dispatcher, make_app
-from farm.errors import ConfigError, FarmError
 from farm.ledger import Ledger
-from farm.pipeline import Queue
-from farm.settings import Settings, load_settings
-from farm.store import Store
-from workers import alongside, gpu, janitor, render, splitter
-from workers.box import check_host
-from workers.context import WorkerContext
-from workers.spot import Interruption, Rebalance, SpotWatcher, read_identity
+from workers import janitor
+from workers.attempt.context import WorkerContext
+from workers.attempt.wake import Wakeups
+from workers.host import alongside, gpu
+from workers.host.box import check_host
+from workers.host.spot import Interruption, Rebalance, SpotWatcher, read_identity
+from workers.host.warm import WarmPool
+from workers.phases import render, splitter
 from workers.tasks import register
-from workers.wake import Wakeups
-from workers.warm import WarmPool
 
 log = logging.getLogger("workers")
 RIDE_OUT_S = 60.0
@@ -187,7 +189,7 @@ def main(
     if ctx.wakeups is not None:
         ctx.wakeups.start()
     _start_heartbeat(ctx, queues)
-    if ctx.warm is not None:  # a job's first chunk here starts on it (workers.warm)
+    if ctx.warm is not None:  # a job's first chunk here starts on it (workers.host.warm)
         shutil.rmtree(ctx.scratch / "ready", ignore_errors=True)  # an earlier run's
         ctx.warm.prestart_soon(0)
     splitter.start(ctx)  # no idle tail: split a running chunk when there is nothing to take
@@ -225,7 +227,7 @@ def _start_heartbeat(ctx: WorkerContext, queues: list[str]) -> None:
                         "queues": queues,
                         "pid": os.getpid(),
                         "draining": ctx.drain.reason,
-                        # Hears of a split of its chunk at once (workers.wake).
+                        # Hears of a split of its chunk at once (workers.attempt.wake).
                         "wake": ctx.wakeups is not None and ctx.wakeups.subscribed.is_set(),
                         **ctx.caps.to_json(),
                     },

@@ -3,14 +3,14 @@ keeps to its cap, so a worker that renders job after job does not fill its disk.
 
 A job's folder (`<scratch>/jobs/<job>`) holds its scene tree, its frames until they are encoded,
 its Blender's home and its attempts' logs. The tree is hard links into the asset cache
-(workers.assets), so an evicted asset's bytes stay on disk until the last tree that links it
+(workers.phases.scene_tree), so an evicted asset's bytes stay on disk until the last tree that links it
 goes: removing the trees of ended jobs is what makes that cache's cap hold.
 
 A folder is kept while work of its job runs in this process (a task, the encode lane, a stitch);
 the sweep after that removes it, ending the job's idle warm Blender first (its home is there). A
 retried job runs anew: its next attempt here waits for a sweep of its folder in progress, then
 builds the folder again. Frames go sooner: on a host that only renders, once they are in the
-store (workers.frames); on one that encodes, once its segment holds them (workers.segment).
+store (workers.phases.frames); on one that encodes, once its segment holds them (workers.phases.segment).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from farm.errors import FarmError
-from farm.state import ENDED
-from workers.assets import AssetCache
-from workers.context import WorkerContext
+from farm.core.errors import FarmError
+from farm.core.state import ENDED
+from workers.attempt.context import WorkerContext
+from workers.phases.scene_tree import AssetCache
 
 log = logging.getLogger(__name__)
 

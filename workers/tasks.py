@@ -18,7 +18,7 @@ from typing import Any
 
 from celery import Celery
 
-from farm.errors import (
+from farm.core.errors import (
     ChunkInterrupted,
     FarmError,
     FramesMissing,
@@ -28,18 +28,19 @@ from farm.errors import (
     StoreRefused,
     TransientError,
 )
+from farm.core.pipeline import PHASES, STITCH, Phase, PhaseSpec, first_phase, kind_of
+from farm.core.spec import JobKind, JobSpec
+from farm.core.state import ChunkState, JobState
 from farm.ledger import Claim
-from farm.pipeline import PHASES, STITCH, Phase, PhaseSpec, first_phase, kind_of
-from farm.spec import JobKind, JobSpec
-from farm.state import ChunkState, JobState
-from workers import alongside, attempt
-from workers.attempt import Work
-from workers.context import WorkerContext
-from workers.render import render_frames
-from workers.segment import segment_chunk
-from workers.stitch import stitch_frames
-from workers.transcode import transcode_segment
-from workers.transcode_stitch import stitch_master
+from workers.attempt import lifecycle as attempt
+from workers.attempt.context import WorkerContext
+from workers.attempt.lifecycle import Work
+from workers.host import alongside
+from workers.phases.render import render_frames
+from workers.phases.segment import segment_chunk
+from workers.phases.stitch import stitch_frames
+from workers.phases.transcode import transcode_segment
+from workers.phases.transcode_stitch import stitch_master
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def _run_chunk_phases(
         claimed = attempt.take_next_claim(result)
         if nxt is None or not inline or not result.get("done"):
             return result
-        # The encode runs beside this worker's next render (workers.alongside); a draining
+        # The encode runs beside this worker's next render (workers.host.alongside); a draining
         # worker goes on here, where the next phase is sent back for another worker.
         draining = ctx.drain.active.is_set()
         lane = ctx.alongside if phase.phase is Phase.RENDER and not draining else None
@@ -293,7 +294,7 @@ def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, Any]:
     if not job or job.get("state") != JobState.STITCHING:
         return {"skipped": f"job is {job.get('state', 'unknown')}"}
     spec = JobSpec.from_json(json.loads(job["spec"]))
-    ctx.ledger.stitch_taken(job_id, ctx.name)  # should this worker vanish (farm.reconcile)
+    ctx.ledger.stitch_taken(job_id, ctx.name)  # should this worker vanish (farm.control.reconcile)
     with ctx.jobs_here.using(job_id):  # its work folder is in the job's (workers.janitor)
         return STITCHERS[spec.kind](ctx, job_id, job, spec)
 

@@ -1,14 +1,14 @@
-"""`submit --estimate`, `--chunk-size auto` and the simulator agree: one sizing rule (farm.chunking)
-and one cost function (farm.cost.estimate) serve all three."""
+"""`submit --estimate`, `--chunk-size auto` and the simulator agree: one sizing rule (farm.core.chunking)
+and one cost function (farm.core.cost.estimate) serve all three."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench.sim import Fleet, Workload, estimate, pool_of, simulate
-from farm.chunking import AUTO, Measurement, initial_plan
-from farm.cost import price_of
-from farm.spec import FrameRange
+from farm.core.chunking import AUTO, Measurement, initial_plan
+from farm.core.cost import price_of
+from farm.core.spec import FrameRange
 
 CASES = [
     (Workload(frames=2000, startup_s=20.0, frame_s=30.0), Fleet(gpus=20), 0.0),

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from bench.sim import Fleet, Sim, Workload, simulate
 from bench.timeline import breakdown
-from farm.chunking import AUTO
-from farm.settings import Settings
+from farm.adapters.settings import Settings
+from farm.core.chunking import AUTO
 
 WORK = Workload(frames=400, startup_s=10, frame_s=5, stitch_s=5)
 

@@ -19,13 +19,13 @@ from pathlib import Path
 from bench.common import LocalFarm
 from bench.overhead import SCENE
 from bench.sim import Fleet, Workload, simulate
-from farm import cpus
-from farm.chunking import Measurement, measure_saved_times
-from farm.local import worker_cpus
-from farm.probe import probe_streams
-from farm.proc import run
-from workers import blender
-from workers.ffgraph import EncodeSettings, concat_argv, concat_list, frames_to_segment_argv
+from farm.adapters import cpus
+from farm.adapters.proc import run
+from farm.blender import command as blender
+from farm.control.local import worker_cpus
+from farm.core.chunking import Measurement, measure_saved_times
+from farm.media.ffgraph import EncodeSettings, concat_argv, concat_list, frames_to_segment_argv
+from farm.media.probe import probe_streams
 
 TOLERANCE = 0.40
 """Relative error allowed on the makespan predicted from S and F measured beside the run: a
@@ -125,7 +125,7 @@ def _predict(m: Measurement, encode_s: float, stitch_s: float, workers: int) -> 
         frames=FRAMES, startup_s=m.startup_s, frame_s=m.frame_s, frame_cv=0.1,
         encode_startup_s=encode_s, encode_frame_s=0.0, stitch_s=stitch_s, task_latency_s=0.05,
     )  # fmt: skip
-    # The local farm's workers encode after each render: no NVENC here (workers.alongside, auto).
+    # The local farm's workers encode after each render: no NVENC here (workers.host.alongside, auto).
     fleet = Fleet(gpus=workers, boot_s=0.0, encode_alongside=False)
     return simulate(work, fleet, CHUNK).makespan_s
 

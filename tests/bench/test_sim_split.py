@@ -1,10 +1,10 @@
-"""The simulator's no-idle-tail model (farm.split's own rule): splits shorten the tail, every
+"""The simulator's no-idle-tail model (farm.core.split's own rule): splits shorten the tail, every
 frame is still rendered once, and nothing splits while work waits."""
 
 from __future__ import annotations
 
 from bench.sim import Fleet, Sim, Workload, simulate
-from farm.chunking import AUTO
+from farm.core.chunking import AUTO
 
 WORK = Workload(frames=400, startup_s=10, frame_s=5, stitch_s=5)
 LONG = Workload(frames=2000, startup_s=2, frame_s=5, frame_cv=0.5, stitch_s=5)

@@ -8,10 +8,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from farm.master import probe_master
+from farm.media.ffgraph import EncodeSettings
+from farm.media.master import probe_master
+from farm.media.transcode_graph import SegmentCut, default_quality, segment_argv
 from tests.conftest import ffprobe
-from workers.ffgraph import EncodeSettings
-from workers.transcode_graph import SegmentCut, default_quality, segment_argv
 
 FFMPEG = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 

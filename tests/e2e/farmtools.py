@@ -50,7 +50,7 @@ def submit(farm: LocalFarm, scene: Path, *args: str) -> str:
 
 
 def status(farm: LocalFarm, job_id: str) -> dict[str, Any]:
-    from farm.report import job_summary
+    from farm.core.report import job_summary
 
     ledger = farm.ledger()
     return job_summary(ledger.job(job_id), ledger.chunks(job_id))
@@ -94,7 +94,7 @@ def frame_count(farm: LocalFarm, job_id: str, dest: Path) -> int:
     from tests.conftest import ffprobe
 
     path = dest / f"{job_id}.mp4"
-    farm.store().get_file(f"jobs/{job_id}/output.mp4", path)
+    farm.adapters.store().get_file(f"jobs/{job_id}/output.mp4", path)
     return int(ffprobe(path)["streams"][0]["nb_read_frames"])
 
 

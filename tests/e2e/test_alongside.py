@@ -1,4 +1,4 @@
-"""Encodes beside renders (workers.alongside) on a real local farm of one worker with the lane
+"""Encodes beside renders (workers.host.alongside) on a real local farm of one worker with the lane
 turned on (FARM_ENCODE_ALONGSIDE=on; `auto` turns it on only where the encoder is NVENC): each
 chunk's segment is encoded while the worker renders the next chunk, the video holds every frame
 once, and the lane's attempts are charged only for their seconds with no render beside them."""

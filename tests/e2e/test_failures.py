@@ -65,7 +65,7 @@ def test_a_scene_that_crashes_blender_fails_the_job_then_retry_finishes_it(
     job_id = submit(local_farm, scene, "--frames", "1-6", "--chunk-size", "6", "--samples", "2")
     summary = wait_final(local_farm, job_id, 240)
     assert summary["state"] == "failed"
-    # Chunk 0, unless an idle worker split frame 3 off into a chunk of its own (farm.split).
+    # Chunk 0, unless an idle worker split frame 3 off into a chunk of its own (farm.core.split).
     crashed = next(
         int(c["index"]) for c in local_farm.ledger().chunks(job_id) if 3 in json.loads(c["frames"])
     )

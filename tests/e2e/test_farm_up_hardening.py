@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from farm import proc
+from farm.adapters import proc
 from tests.conftest import LocalFarm, require_tools
 
 pytestmark = pytest.mark.e2e
@@ -48,7 +48,7 @@ def test_a_data_dir_with_a_quote_and_spaces_runs_a_farm(
 ) -> None:
     farm, _ = quoted_farm
     farm.ledger().ping()
-    store = farm.store()
+    store = farm.adapters.store()
     store.put_bytes("probe/ok.txt", b"ok")
     assert store.get_bytes("probe/ok.txt") == b"ok"
     assert farm.farm("jobs").returncode == 0

@@ -25,7 +25,7 @@ def _video(farm: LocalFarm, job_id: str, dest: Path) -> dict[str, object]:
 
 
 def _objects(farm: LocalFarm, job_id: str, kind: str) -> list[str]:
-    keys: list[str] = farm.store().keys(f"jobs/{job_id}/{kind}/")
+    keys: list[str] = farm.adapters.store().keys(f"jobs/{job_id}/{kind}/")
     return keys
 
 
@@ -68,7 +68,7 @@ def test_demo_scene_renders_into_a_video_with_every_frame(
     frames = _objects(local_farm, job_id, "frames")
     assert [Path(k).name for k in frames] == [f"{f:06d}.png" for f in range(1, 49)]
     # A chunk per segment and manifest: the 6 planned, and any an idle worker split off the last
-    # ones running (farm.split), which the video above holds frame-exact all the same.
+    # ones running (farm.core.split), which the video above holds frame-exact all the same.
     assert len(_objects(local_farm, job_id, "segments")) == len(chunks) >= 6
     manifests = _objects(local_farm, job_id, "manifests")
     assert len(manifests) == len(chunks)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from farm import keys
+from farm.core import keys
 from tests.conftest import DEMO, LocalFarm
 from tests.e2e.farmtools import frame_count, submit, wait_final, wait_for
 

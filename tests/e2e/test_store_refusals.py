@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from farm.errors import StoreRefused
+from farm.adapters.settings import Settings, load_settings
+from farm.adapters.store import Store
+from farm.core.errors import StoreRefused
+from farm.core.pipeline import PHASES, Phase
+from farm.core.plan import plan_chunks
+from farm.core.spec import build_render_spec
 from farm.ledger import Ledger
-from farm.pipeline import PHASES, Phase
-from farm.plan import plan_chunks
-from farm.settings import Settings, load_settings
-from farm.spec import build_render_spec
-from farm.store import Store
 from tests.conftest import LocalFarm
-from workers.attempt import ChunkAttempt, Outcome
-from workers.context import WorkerContext
-from workers.gpu import Capabilities
+from workers.attempt.context import WorkerContext
+from workers.attempt.lifecycle import ChunkAttempt, Outcome
+from workers.host.gpu import Capabilities
 from workers.tasks import run_chunk_phase
 
 pytestmark = pytest.mark.e2e

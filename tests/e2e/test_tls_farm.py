@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from farm.probe import input_options, option_args
-from farm.settings import load_settings
-from farm.store import Store
+from farm.adapters.settings import load_settings
+from farm.adapters.store import Store
+from farm.media.probe import input_options, option_args
 from tests.conftest import ROOT, LocalFarm, ffprobe, start_farm
 from tests.e2e.encode_media import make_master
 

@@ -1,7 +1,7 @@
 """`farm up --workers 2` gives each worker its own CPUs, and each chunk's Blender runs on its
 worker's CPUs with one render thread per CPU (two Blenders never fight over the same cores); a
 worker's first chunk of the job runs on the ready Blender it started while idle, and its later
-chunks on the Blender it already has with the scene open (workers.warm)."""
+chunks on the Blender it already has with the scene open (workers.host.warm)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from farm import cpus
-from farm.local import worker_cpus
+from farm.adapters import cpus
+from farm.control.local import worker_cpus
 from tests.conftest import DEMO, LocalFarm
 from tests.e2e.farmtools import wait_for
 

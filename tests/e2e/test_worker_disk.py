@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from farm import keys
-from farm.state import ChunkState, JobState
+from farm.core import keys
+from farm.core.state import ChunkState, JobState
 from tests.conftest import DEMO, LocalFarm, start_farm
 from tests.e2e.farmtools import spawn_worker, submit, wait_for
 
@@ -20,7 +20,7 @@ SWEEP = {"FARM_DISK_SWEEP_S": "1"}
 
 
 def _scratch(farm: LocalFarm, name: str) -> Path:
-    base = farm.settings().get("scratch_dir") or tempfile.gettempdir()
+    base = farm.adapters.settings().get("scratch_dir") or tempfile.gettempdir()
     return Path(base) / "farm-worker" / name
 
 
@@ -45,7 +45,7 @@ def test_render_only_hosts_keep_no_frames_and_ended_jobs_leave_no_folders(
         # in the store and nowhere on this host.
         assert (folder / "tree" / DEMO.name).is_file()
         assert sorted(p.name for p in (folder / "frames").iterdir()) == []
-        store = farm.store()
+        store = farm.adapters.store()
         assert all(store.exists(keys.frame_key(job_id, f)) for f in range(1, 5))
 
         encoder = "encode@disk"

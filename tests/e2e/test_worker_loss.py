@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from farm.adapters.settings import load_settings
+from farm.core.pipeline import Phase
 from farm.dispatch import Dispatcher, make_app
-from farm.pipeline import Phase
-from farm.settings import load_settings
 from tests.conftest import DEMO, LocalFarm, start_farm
 from tests.e2e.farmtools import (
     frame_count,
@@ -96,7 +96,7 @@ def test_paused_worker_and_its_replacement_leave_one_manifest_and_one_stitch(
         summary = wait_final(farm, job_id, 180)
         assert summary["state"] == "done", summary["error"]
         assert frame_count(farm, job_id, tmp_path) == 12
-        store = farm.store()
+        store = farm.adapters.store()
         # One manifest per chunk (once awake, an idle worker may split the running chunk's
         # tail off into a second chunk), each the winning attempt's, whichever worker that was.
         total = int(farm.ledger().job(job_id)["chunks_total"])
@@ -159,7 +159,7 @@ def test_chaos_random_kills_still_give_an_exact_video(tmp_path: Path) -> None:
         wall_s = time.monotonic() - started
         assert summary["state"] == "done", summary["error"]
         assert kills >= 5
-        # 12 chunks, plus one for each split of a tail by an idle worker (farm.split); their
+        # 12 chunks, plus one for each split of a tail by an idle worker (farm.core.split); their
         # frames still cover 1-48 once each.
         ledger = farm.ledger()
         splits = sum(1 for e in ledger.events(job_id) if e["event"] == "split")

@@ -1,4 +1,4 @@
-"""farm.metrics: backlog per worker (pure) and its CloudWatch publisher, against moto."""
+"""farm.adapters.metrics: backlog per worker (pure) and its CloudWatch publisher, against moto."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from farm.errors import TransientError
-from farm.metrics import BacklogPublisher, MetricsError, backlog_per_worker
+from farm.adapters.metrics import BacklogPublisher, MetricsError, backlog_per_worker
+from farm.core.errors import TransientError
 
 
 def test_backlog_is_queued_chunks_per_running_worker() -> None:

@@ -28,9 +28,9 @@ def compose() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def farm_cli() -> click.Group:
     try:
-        from farm.cli import cli
+        from farm.cli.main import cli
     except ImportError as exc:
-        pytest.fail(f"farm.cli.cli (the click group of `farm`) cannot be imported: {exc}")
+        pytest.fail(f"farm.cli.main.cli (the click group of `farm`) cannot be imported: {exc}")
     assert isinstance(cli, click.Group)
     return cli
 

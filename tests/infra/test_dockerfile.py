@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from farm import versions
+from farm.core import versions
 
 from .tfdoc import DOCKERFILE
 

@@ -17,12 +17,12 @@ import botocore.exceptions
 import pytest
 import redis
 
-from farm.errors import FarmError
+from farm.adapters.settings import Settings
+from farm.adapters.store import Store
+from farm.core.errors import FarmError
+from farm.core.plan import plan_chunks
+from farm.core.spec import JobSpec, build_render_spec
 from farm.ledger import Ledger
-from farm.plan import plan_chunks
-from farm.settings import Settings
-from farm.spec import JobSpec, build_render_spec
-from farm.store import Store
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from farm import keys
-from farm.errors import (
+from farm.adapters.proc import Running
+from farm.adapters.settings import Settings
+from farm.core import keys
+from farm.core.errors import (
     ChunkInterrupted,
     FramesMissing,
     LeaseLost,
@@ -28,18 +30,16 @@ from farm.errors import (
     TransientError,
     UnreachableError,
 )
+from farm.core.pipeline import PHASES, Phase, PhaseSpec
+from farm.core.state import ChunkState, JobState
 from farm.ledger import Ledger
-from farm.pipeline import PHASES, Phase, PhaseSpec
-from farm.proc import Running
-from farm.settings import Settings
-from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job, wait_until
-from workers.attempt import ChunkAttempt, Outcome
-from workers.context import WorkerContext
-from workers.frames import FrameUploader, write_permit
-from workers.gpu import Capabilities
-from workers.lease import LeaseKeeper
-from workers.segment import gather_frames
+from workers.attempt.context import WorkerContext
+from workers.attempt.lease import LeaseKeeper
+from workers.attempt.lifecycle import ChunkAttempt, Outcome
+from workers.host.gpu import Capabilities
+from workers.phases.frames import FrameUploader, write_permit
+from workers.phases.segment import gather_frames
 from workers.tasks import run_chunk_phase
 
 RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]
@@ -370,7 +370,7 @@ def test_failed_uploads_are_reported_by_kind(
 
 
 def test_a_thread_holds_only_its_own_claim(ctx: WorkerContext) -> None:
-    from workers import attempt
+    from workers.attempt import lifecycle as attempt
 
     tokens: dict[str, str] = {}
 
@@ -556,8 +556,8 @@ def test_a_ready_blender_that_cannot_be_boxed_leaves_no_folders(
 ) -> None:
     """Found by a review: its folders were made, then left, after every task while bwrap was
     missing."""
-    from workers import box
-    from workers.render import ready_blender
+    from workers.host import box
+    from workers.phases.render import ready_blender
 
     monkeypatch.setattr(box.shutil, "which", lambda name: None)
     with pytest.raises(PermanentError, match="bwrap is not installed"):
@@ -625,8 +625,8 @@ def test_a_job_keeps_the_encoder_its_first_segment_was_made_with(ctx: WorkerCont
     """Found by a review: on a fleet mixing NVENC hosts with hosts that encode in software, a
     job's segments came from both encoders, and the stitch could never join them: every frame
     rendered, the job failed, and no retry could mend it."""
-    from farm.errors import NotHere
-    from workers.segment import job_encoder
+    from farm.core.errors import NotHere
+    from workers.phases.segment import job_encoder
 
     def job(job_id: str) -> dict[str, str]:
         make_job(ctx.ledger, job_id)
@@ -660,7 +660,7 @@ def test_a_job_keeps_the_encoder_its_first_segment_was_made_with(ctx: WorkerCont
 def test_a_chunk_handed_back_to_another_worker_is_counted_against_nothing(
     ctx: WorkerContext,
 ) -> None:
-    from farm.errors import NotHere
+    from farm.core.errors import NotHere
 
     run(ctx, 0, RENDER, succeed)
     result = run(ctx, 0, SEGMENT, raising(NotHere("this worker has no NVENC")))

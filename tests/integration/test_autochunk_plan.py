@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from farm import chunking
+from farm.core import chunking
+from farm.core.spec import FrameRange, build_render_spec
+from farm.core.state import ChunkState, JobState
 from farm.ledger import Ledger
-from farm.spec import FrameRange, build_render_spec
-from farm.state import ChunkState, JobState
 
 
 def _auto_job(ledger: Ledger) -> tuple[chunking.Chunk, ...]:

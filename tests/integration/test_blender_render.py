@@ -1,5 +1,5 @@
-"""The render script (workers/blender_render.py) run for real with the bpy 4.5 wheel on tiny scenes,
-exactly as a worker runs it: job file and argv from workers.blender, the child from farm.proc."""
+"""The render script (farm/blender/script.py) run for real with the bpy 4.5 wheel on tiny scenes,
+exactly as a worker runs it: job file and argv from farm.blender.command, the child from farm.adapters.proc."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from farm.proc import Result, run
-from workers import blender, gpu
+from farm.adapters.proc import Result, run
+from farm.blender import command as blender
+from workers.host import gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 SAVED_BY_5_0 = Path(__file__).with_name("blends")

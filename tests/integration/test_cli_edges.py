@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from farm.cli import cli
+from farm.adapters.store import Store
+from farm.cli.main import cli
 from farm.ledger import Ledger
-from farm.store import Store
 from tests.integration.conftest import make_job
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from farm.cli import cli
+from farm.cli.main import cli
 from farm.ledger import Ledger
 
 COMMANDS = [

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from farm.core.state import ChunkState, JobState
 from farm.ledger import Ledger
-from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,15 +7,15 @@ import time
 
 import pytest
 
-from farm import cost
+from farm.adapters.settings import Settings
+from farm.core import cost
+from farm.core.pipeline import Phase
+from farm.core.plan import plan_chunks
+from farm.core.spec import build_render_spec
+from farm.core.state import ChunkState, JobState
 from farm.dispatch import Dispatcher, broker_priority, make_app
 from farm.ledger import Ledger
-from farm.pipeline import Phase
-from farm.plan import plan_chunks
-from farm.settings import Settings
-from farm.spec import build_render_spec
-from farm.state import ChunkState, JobState
-from workers import alongside
+from workers.host import alongside
 
 METER = {"instance_type": "g5.xlarge", "lifecycle": "local", "price_per_s": "0.01"}
 
@@ -58,7 +58,7 @@ def test_every_attempt_is_metered_at_its_claims_price(ledger: Ledger) -> None:
 def test_an_encode_in_the_lane_pays_only_for_its_seconds_with_no_render_beside_it(
     ledger: Ledger,
 ) -> None:
-    """workers.alongside: claimed at no price, the instance's price kept for its seconds alone;
+    """workers.host.alongside: claimed at no price, the instance's price kept for its seconds alone;
     the ledger keeps no more of them than the attempt lasted, and a later claim outside the lane
     is metered at its own price alone."""
     ledger.meter = METER
@@ -338,7 +338,7 @@ def test_the_broker_hands_out_a_high_priority_message_before_a_hundred_older_one
 def test_farm_priority_resends_the_waiting_chunks_ahead_of_the_queue(
     ledger: Ledger, redis_url: str
 ) -> None:
-    from farm.jobs import reprioritize
+    from farm.control.jobs import reprioritize
 
     settings = Settings(redis_url=redis_url)
     _job(ledger, "long", frames="1-40", chunk_size=1)

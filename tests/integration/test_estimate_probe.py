@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from farm import estimate
+from farm.adapters.settings import Settings
+from farm.control import estimate
+from farm.core.state import JobState
 from farm.ledger import Ledger
-from farm.settings import Settings
-from farm.state import JobState
 from tests.integration.conftest import make_job
 
 
@@ -47,7 +47,7 @@ def test_an_interrupted_wait_cancels_the_probe_job(
     def ctrl_c(_: float) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("farm.jobs.submit", submit)
+    monkeypatch.setattr("farm.control.jobs.submit", submit)
     monkeypatch.setattr(estimate.time, "sleep", ctrl_c)
     spec = make_job(ledger, "the-job", frames="1-240")
     with pytest.raises(KeyboardInterrupt):

@@ -7,12 +7,12 @@ import json
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from farm import census
-from farm.exporter import METRIC_NAMES, registry_for, scrape
+from farm.control import census
+from farm.core.plan import plan_chunks
+from farm.core.spec import build_render_spec
+from farm.core.state import ChunkState
 from farm.ledger import Ledger
-from farm.plan import plan_chunks
-from farm.spec import build_render_spec
-from farm.state import ChunkState
+from farm.web.exporter import METRIC_NAMES, registry_for, scrape
 from tests.promql import DASHBOARD, metric_names
 
 
@@ -84,7 +84,7 @@ def test_work_histograms_and_bytes_come_from_chunk_fields(ledger: Ledger) -> Non
     assert samples[("farm_frame_time_seconds_count", (("engine", "blender"),))] == 2
     assert samples[("farm_store_bytes_written_total", (("what", "frames"),))] == 1200
     assert samples[("farm_store_bytes_written_total", (("what", "segments"),))] == 1000
-    # The cost meter (farm.cost) records each attempt's wall time; no price here, so $0.
+    # The cost meter (farm.core.cost) records each attempt's wall time; no price here, so $0.
     gpu_s = sum(v for (name, _), v in samples.items() if name == "farm_gpu_seconds_total")
     assert 0 < gpu_s < 30
     assert samples[("farm_cost_usd_total", ())] == 0.0

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from farm import probe
-from farm.master import probe_master
-from farm.proc import capture
+from farm.adapters.proc import capture
+from farm.media import probe
+from farm.media.ffgraph import EncodeSettings
+from farm.media.master import probe_master
+from farm.media.transcode_graph import SegmentCut, segment_argv
 from tests.integration.tls_certs import make_certs
-from workers.ffgraph import EncodeSettings
-from workers.transcode_graph import SegmentCut, segment_argv
 
 FFMPEG = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 

@@ -1,4 +1,4 @@
-"""A frame on its way into a real SeaweedFS (workers.frames.FrameUploader): where the render script
+"""A frame on its way into a real SeaweedFS (workers.phases.frames.FrameUploader): where the render script
 made the frame's file its preview too (one file, linked), its bytes are sent once and the store
 copies them; otherwise each file is sent."""
 
@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from farm import keys
-from farm.errors import ObjectMissing, PermanentError, StoreError
+from farm.adapters.store import INTERMEDIATE_TAG, Store
+from farm.core import keys
+from farm.core.errors import ObjectMissing, PermanentError, StoreError
 from farm.ledger import Ledger
-from farm.store import INTERMEDIATE_TAG, Store
-from workers import frames
-from workers.frames import FrameUploader
+from workers.phases import frames
+from workers.phases.frames import FrameUploader
 
 
 class Counted:

@@ -9,10 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from farm import cost
-from farm.settings import Settings
+from farm.adapters.settings import Settings
+from farm.core import cost
 from workers.__main__ import meter_fields
-from workers.spot import read_identity
+from workers.host.spot import read_identity
 
 TOKEN = "t0ken"
 METADATA = {

@@ -10,13 +10,13 @@ import threading
 import time
 from pathlib import Path
 
+from farm.adapters.settings import Settings
+from farm.core.state import JobState
 from farm.ledger import Ledger
-from farm.settings import Settings
-from farm.state import JobState
 from tests.integration.conftest import make_job
 from workers import janitor
-from workers.context import JobsHere, WorkerContext
-from workers.gpu import Capabilities
+from workers.attempt.context import JobsHere, WorkerContext
+from workers.host.gpu import Capabilities
 
 
 def _ctx(ledger: Ledger, scratch: Path, **settings: object) -> WorkerContext:
@@ -112,7 +112,7 @@ def test_work_of_a_job_waits_for_a_sweep_of_its_folder_in_progress() -> None:
 
 
 def test_the_worker_hears_when_its_last_work_ends() -> None:
-    """Then, and only then, it starts a ready Blender (workers.warm): after a chunk, an encode in
+    """Then, and only then, it starts a ready Blender (workers.host.warm): after a chunk, an encode in
     the lane or a stitch alike, whichever ends last."""
     here = JobsHere()
     quiet: list[frozenset[str]] = []

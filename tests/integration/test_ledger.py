@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from farm import keys
-from farm.errors import LedgerError, UnreachableError
+from farm.core import keys
+from farm.core.errors import LedgerError, UnreachableError
+from farm.core.state import ChunkState, JobState
 from farm.ledger import Claim, Ledger, Move
-from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job
 
 _job = make_job
@@ -192,7 +192,7 @@ def test_a_plain_retry_of_a_cancelled_job_is_refused_rather_than_left_running(
 def test_the_time_a_job_stood_ended_is_not_its_running_time(ledger: Ledger) -> None:
     """Found by a review: a job failed after an hour and retried the next morning showed 13
     hours elapsed, and an ETA at that pace."""
-    from farm.report import job_summary
+    from farm.core.report import job_summary
 
     make_job(ledger, "j1", frames="1-20", chunk_size=10)
     ledger.r.hset(keys.r_job("j1"), mapping={"created": time.time() - 3 * 3600, "paused_s": 60})

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from farm.core.state import ChunkState
 from farm.ledger import Claim, Ledger
-from farm.ledger_lua import CHUNK_MOVE
-from farm.state import ChunkState
+from farm.ledger.lua import CHUNK_MOVE
 from tests.integration.conftest import make_job
 
 

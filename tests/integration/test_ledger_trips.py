@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis
 
+from farm.core.pipeline import PHASES, Phase
+from farm.core.state import ChunkState, JobState
 from farm.ledger import Ledger
-from farm.pipeline import PHASES, Phase
-from farm.state import ChunkState, JobState
 from tests.integration.conftest import make_job
 
 RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from farm import queues
+from farm.adapters.settings import Settings
+from farm.control.reconcile import Pass, Reconciler
+from farm.core import queues
+from farm.core.pipeline import Phase
 from farm.dispatch import Dispatcher, make_app
 from farm.ledger import Ledger
-from farm.pipeline import Phase
-from farm.reconcile import Pass, Reconciler
-from farm.settings import Settings
 from tests.integration.test_ledger import _job
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import shutil
 
-from farm.master import MasterInfo, Probed
-from farm.transcode_spec import build_transcode_spec
-from workers import gpu
-from workers.transcode import pick_encoder
+from farm.core.sources import MasterInfo
+from farm.media.master import Probed
+from farm.media.transcode_spec import build_transcode_spec
+from workers.host import gpu
+from workers.phases.transcode import pick_encoder
 
 MASTER = MasterInfo(
     container="mov,mp4", codec="h264", width=1920, height=1080, frame_count=24,

@@ -1,4 +1,4 @@
-"""Children run by farm.proc get a minimal environment, never the worker's farm secrets."""
+"""Children run by farm.adapters.proc get a minimal environment, never the worker's farm secrets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from farm import proc
+from farm.adapters import proc
 
 
 @pytest.fixture

@@ -6,14 +6,14 @@ import time
 
 import pytest
 
-from farm import keys
+from farm.adapters.settings import Settings
+from farm.control.reconcile import Pass, Reconciler
+from farm.core import keys
+from farm.core.errors import StoreError
+from farm.core.state import ChunkState, JobState
 from farm.dispatch import Dispatcher, make_app
-from farm.errors import StoreError
 from farm.ledger import Ledger
-from farm.ledger_jobs import EARLY_UPLOAD
-from farm.reconcile import Pass, Reconciler
-from farm.settings import Settings
-from farm.state import ChunkState, JobState
+from farm.ledger.jobs import EARLY_UPLOAD
 from tests.integration.conftest import make_job
 from tests.integration.test_ledger import _job
 

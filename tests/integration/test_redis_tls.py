@@ -14,11 +14,11 @@ from pathlib import Path
 import kombu.pools
 import pytest
 
+from farm.adapters.settings import Settings, load_settings
+from farm.core.errors import ConfigError, UnreachableError
+from farm.core.pipeline import Phase
 from farm.dispatch import Dispatcher, make_app
-from farm.errors import ConfigError, UnreachableError
 from farm.ledger import Ledger
-from farm.pipeline import Phase
-from farm.settings import Settings, load_settings
 from tests.integration.conftest import _free_port
 from tests.integration.tls_certs import Certs, make_certs
 

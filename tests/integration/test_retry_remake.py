@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from farm import keys
-from farm.jobs import reopen
+from farm.adapters.store import Store
+from farm.control.jobs import reopen
+from farm.core import keys
+from farm.core.plan import plan_chunks
+from farm.core.spec import build_render_spec
+from farm.core.state import ChunkState, JobState
 from farm.ledger import Ledger
-from farm.plan import plan_chunks
-from farm.spec import build_render_spec
-from farm.state import ChunkState, JobState
-from farm.store import Store
 from tests.integration.test_retry_scene import _settings
 
 

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from farm import keys
-from farm.assets import Manifest
-from farm.blendfile import read_scene
-from farm.cli_submit import trace_fixed_scene
-from farm.errors import LedgerError, SpecError
-from farm.jobs import reopen
+from farm.adapters.settings import Settings
+from farm.adapters.store import Store
+from farm.blender.assets import Manifest
+from farm.blender.blendfile import read_scene
+from farm.cli.submit import trace_fixed_scene
+from farm.control.jobs import reopen
+from farm.core import keys
+from farm.core.errors import LedgerError, SpecError
+from farm.core.plan import plan_chunks
+from farm.core.spec import build_render_spec
+from farm.core.state import JobState
 from farm.ledger import Ledger
-from farm.plan import plan_chunks
-from farm.settings import Settings
-from farm.spec import build_render_spec
-from farm.state import JobState
-from farm.store import Store
 from tests.conftest import DEMO
 
 TEXTURED = DEMO.with_name("textured.blend")
@@ -138,7 +138,7 @@ def test_a_retry_that_will_be_refused_reads_no_scene(
     """The refusal comes before the fixed scene's trace, which hashes every file it uses."""
     from click.testing import CliRunner
 
-    from farm import cli
+    from farm.cli.main import main as cli
 
     _job(ledger, "j3")
     ledger.move_job("j3", JobState.RUNNING)

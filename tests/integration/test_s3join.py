@@ -1,4 +1,4 @@
-"""The stitch's join in the object store (workers.s3join) against a real SeaweedFS: byte for
+"""The stitch's join in the object store (workers.phases.s3join) against a real SeaweedFS: byte for
 byte what mp4join writes here, refused for segments under a part's 5 MiB (the stitch then joins
 them here), and no upload left behind when it fails."""
 
@@ -16,24 +16,24 @@ from typing import Any
 import ffmpeg
 import pytest
 
-from farm import keys
-from farm.errors import ObjectChanged, PermanentError, StoreError
+from farm.adapters.settings import Settings
+from farm.adapters.store import Store, sha256_file
+from farm.control.reconcile import Pass, Reconciler
+from farm.core import keys
+from farm.core.errors import ObjectChanged, PermanentError, StoreError
 from farm.ledger import Ledger
-from farm.ledger_jobs import EARLY_PART, EARLY_UPLOAD
-from farm.reconcile import Pass, Reconciler
-from farm.settings import Settings
-from farm.store import Store, sha256_file
+from farm.ledger.jobs import EARLY_PART, EARLY_UPLOAD
+from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options
+from farm.media.join import MP4JOIN
+from farm.media.mp4join import Mp4Join
+from farm.media.mp4track import CannotJoin
 from tests.conftest import ffprobe
 from tests.integration.conftest import make_job
 from tests.integration.test_attempt import FakeDispatch
-from workers import s3join
-from workers.context import WorkerContext
-from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options
-from workers.gpu import Capabilities
-from workers.join import MP4JOIN
-from workers.mp4join import Mp4Join
-from workers.mp4track import CannotJoin
-from workers.stitch import SegmentRef, stitch_frames
+from workers.attempt.context import WorkerContext
+from workers.host.gpu import Capabilities
+from workers.phases import s3join
+from workers.phases.stitch import SegmentRef, stitch_frames
 
 FPS = Fraction(24)
 BIG_FRAMES = 8
@@ -348,10 +348,10 @@ def test_manifests_without_an_etag_are_joined_here() -> None:
 def test_an_open_frame_is_stored_as_opened_whatever_its_name_points_to_by_then(
     store: Store, tmp_path: Path, size: int
 ) -> None:
-    """workers.box.open_boxed then Store.put_open: a box script that swaps the frame for a link to
+    """workers.host.box.open_boxed then Store.put_open: a box script that swaps the frame for a link to
     a host file after it was opened and checked gets the checked bytes stored, in one PUT and in
     parallel parts alike (those read the open file's own inode)."""
-    from workers.box import open_boxed
+    from workers.host.box import open_boxed
 
     frame, secret = tmp_path / "frame_000001.exr", tmp_path / "config.json"
     frame.write_bytes(os.urandom(size))

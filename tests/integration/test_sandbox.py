@@ -14,11 +14,11 @@ from urllib.parse import urlparse
 
 import pytest
 
-from farm.proc import Result, run
-from farm.sandbox import wrap
-from farm.settings import Settings
-from workers import blender
-from workers.box import render_box
+from farm.adapters.proc import Result, run
+from farm.adapters.sandbox import wrap
+from farm.adapters.settings import Settings
+from farm.blender import command as blender
+from workers.host.box import render_box
 
 ATTACK = """
 import os, socket
@@ -158,7 +158,7 @@ def test_the_boxs_memory_backed_folders_are_capped_and_temporary_files_go_to_dis
 def test_box_refuses_to_render_without_bwrap(
     chunk: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from farm.errors import PermanentError
+    from farm.core.errors import PermanentError
 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(PermanentError, match="FARM_SANDBOX=off"):
@@ -236,7 +236,7 @@ def test_stopping_a_boxed_program_stops_what_runs_inside(chunk: dict[str, Path])
     import threading
     import time
 
-    from farm.proc import Running
+    from farm.adapters.proc import Running
 
     marker = f"farm-box-test-{secrets.token_hex(4)}"
     handle = Running()
@@ -276,7 +276,7 @@ def test_a_render_worker_without_bwrap_refuses_to_start(tmp_path: Path) -> None:
 def test_a_line_with_no_end_is_read_in_pieces_never_held_whole(tmp_path: Path) -> None:
     """Found by a review: a scene's script printing without a newline grew one line in the
     worker's memory for as long as it printed (the worker and its other chunks killed for it)."""
-    from farm.proc import LINE_LIMIT
+    from farm.adapters.proc import LINE_LIMIT
 
     longest: list[int] = []
     done = run(

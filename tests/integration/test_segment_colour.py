@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.ffgraph import EncodeSettings, frames_to_segment_argv
+from farm.media.ffgraph import EncodeSettings, frames_to_segment_argv
 
 PATCHES = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "grey": (128, 128, 128)}
 

@@ -1,5 +1,5 @@
 """No idle tail: the ledger's SPLIT script against a real Redis (atomic, once, token-guarded), and
-the idle worker's choice (farm.split) over real ledger records."""
+the idle worker's choice (farm.core.split) over real ledger records."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ from typing import Any
 import pytest
 from celery.signals import task_postrun, task_prerun
 
-from farm import keys, speeds
-from farm.chunking import worker_factors
-from farm.ledger import Ledger
-from farm.proc import Running
-from farm.settings import Settings
-from farm.split import choose
-from farm.state import ChunkState, JobState
+from farm.adapters.proc import Running
+from farm.adapters.settings import Settings
+from farm.core import keys
+from farm.core.chunking import worker_factors
+from farm.core.split import choose
+from farm.core.state import ChunkState, JobState
+from farm.ledger import Ledger, speeds
 from tests.integration.conftest import make_job, wait_until
-from workers import splitter
-from workers.context import Drain
-from workers.lease import LeaseKeeper
-from workers.wake import Wakeups
+from workers.attempt.context import Drain
+from workers.attempt.lease import LeaseKeeper
+from workers.attempt.wake import Wakeups
+from workers.phases import splitter
 
 
 def _job(ledger: Ledger, job_id: str = "j1", frames: str = "1-24", chunk_size: int = 24) -> str:

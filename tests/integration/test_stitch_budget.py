@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from farm import keys
-from farm.errors import StoreError, StoreRefused
+from farm.adapters.settings import Settings
+from farm.core import keys
+from farm.core.errors import StoreError, StoreRefused
+from farm.core.pipeline import STITCH
+from farm.core.plan import plan_chunks
+from farm.core.spec import JobKind, build_render_spec
 from farm.ledger import Ledger
-from farm.pipeline import STITCH
-from farm.plan import plan_chunks
-from farm.settings import Settings
-from farm.spec import JobKind, build_render_spec
 from tests.integration.test_attempt import FakeDispatch, FakeStore
 from workers import tasks
-from workers.context import WorkerContext
-from workers.gpu import Capabilities
+from workers.attempt.context import WorkerContext
+from workers.host.gpu import Capabilities
 
 
 class FakeApp:

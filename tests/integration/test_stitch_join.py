@@ -1,5 +1,5 @@
 """The stitch's join with real ffmpeg: frame-exact, and the index written once, at the front;
-by workers.mp4join where it can, by the concat demuxer where it cannot."""
+by farm.media.mp4join where it can, by the concat demuxer where it cannot."""
 
 from __future__ import annotations
 
@@ -13,23 +13,24 @@ from typing import Any
 import ffmpeg
 import pytest
 
-from farm import keys
+from farm.adapters.proc import run
+from farm.adapters.settings import Settings
+from farm.adapters.store import sha256_file
+from farm.core import keys
+from farm.core.plan import plan_chunks
+from farm.core.sources import MasterInfo
 from farm.ledger import Ledger
-from farm.master import MasterInfo, Probed
-from farm.plan import plan_chunks
-from farm.probe import probe_streams
-from farm.proc import run
-from farm.settings import Settings
-from farm.store import sha256_file
-from farm.transcode_spec import build_transcode_spec
+from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv, concat_list
+from farm.media.join import CONCAT, MP4JOIN, JoinResult, join_segments, probe_joined
+from farm.media.master import Probed
+from farm.media.probe import probe_streams
+from farm.media.transcode_spec import build_transcode_spec
 from tests.integration.conftest import make_job
 from tests.integration.test_attempt import FakeDispatch
-from workers.context import WorkerContext
-from workers.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv, concat_list
-from workers.gpu import Capabilities
-from workers.join import CONCAT, MP4JOIN, JoinResult, join_segments, probe_joined
-from workers.stitch import stitch_frames
-from workers.transcode_stitch import stitch_master
+from workers.attempt.context import WorkerContext
+from workers.host.gpu import Capabilities
+from workers.phases.stitch import stitch_frames
+from workers.phases.transcode_stitch import stitch_master
 
 FPS = Fraction(24)
 TICK = 1000  # the segments' timescale is 24000
@@ -268,8 +269,8 @@ def test_a_transcode_without_audio_joins_by_mp4join(ledger: Ledger, tmp_path: Pa
 def test_a_deliverable_the_store_did_not_serve_is_retried_not_failed(tmp_path: Path) -> None:
     """Found by a review: ffprobe of the joined object over its URL failing on the network (a
     refused connection, a 503) failed the job and deleted a good deliverable."""
-    from farm.errors import PermanentError, StoreError
-    from workers.join import probe_header
+    from farm.core.errors import PermanentError, StoreError
+    from farm.media.join import probe_header
 
     with pytest.raises(StoreError, match="could not read the video from the store"):
         probe_header("ffprobe", "http://127.0.0.1:1/jobs/j1/output.mp4?X-Amz-Signature=s")

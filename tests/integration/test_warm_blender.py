@@ -1,4 +1,4 @@
-"""Warm Blenders (workers/warm.py, serving.py): the render script in serve mode, run for real with the bpy 4.5
+"""Warm Blenders (workers/host/warm.py, serving.py): the render script in serve mode, run for real with the bpy 4.5
 wheel, keeps a job's scene open between its chunks, renders the frames a fresh Blender renders,
 and is ended rather than reused for anything else."""
 
@@ -16,19 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from farm.proc import Result, Running, run
-from farm.sandbox import wrap
-from farm.settings import Settings
-from workers import blender, render
-from workers.box import render_box
-from workers.context import WorkerContext
-from workers.gpu import Capabilities
-from workers.serving import WarmBlender
-from workers.warm import Start, WarmPool
+from farm.adapters.proc import Result, Running, run
+from farm.adapters.sandbox import wrap
+from farm.adapters.settings import Settings
+from farm.blender import command as blender
+from workers.attempt.context import WorkerContext
+from workers.host.box import render_box
+from workers.host.gpu import Capabilities
+from workers.host.serving import WarmBlender
+from workers.host.warm import Start, WarmPool
+from workers.phases import render
 
 
 class Chunk:
-    """One chunk's job file, as workers/render.py writes it, and what the script said of it."""
+    """One chunk's job file, as workers/phases/render.py writes it, and what the script said of it."""
 
     def __init__(self, scene: Path, tmp: Path, frames: list[int], samples: int = 4) -> None:
         self.out_dir = tmp / "out"
@@ -204,7 +205,7 @@ def test_the_idle_blender_of_an_ended_job_is_ended_when_its_folder_goes(
 
 
 def worker(tmp: Path, **settings: object) -> WorkerContext:
-    """What workers.render.ready_blender reads of a worker: its settings, scratch and Cycles."""
+    """What workers.phases.render.ready_blender reads of a worker: its settings, scratch and Cycles."""
     return WorkerContext(
         settings=Settings(**settings),  # type: ignore[arg-type]
         ledger=None,  # type: ignore[arg-type]
@@ -236,7 +237,7 @@ def job_folders(ctx: WorkerContext, job_id: str) -> dict[str, Path]:
 
 
 class BoxedChunk(Chunk):
-    """A chunk of a job laid out as workers/render.py lays it out (scene tree, home, frames),
+    """A chunk of a job laid out as workers/phases/render.py lays it out (scene tree, home, frames),
     its job file written by the pool, and the boxed command line a fresh Blender of it runs."""
 
     def __init__(self, ctx: WorkerContext, job_id: str, scene: Path, frames: list[int]) -> None:

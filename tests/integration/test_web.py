@@ -8,16 +8,16 @@ from wsgiref.util import setup_testing_defaults
 
 import pytest
 
-from farm import keys
+from farm.core import keys
+from farm.core.plan import plan_chunks
+from farm.core.spec import build_render_spec
+from farm.core.state import ChunkState
 from farm.ledger import Ledger
-from farm.plan import plan_chunks
-from farm.spec import build_render_spec
-from farm.state import ChunkState
-from farm.web import FarmWeb, credentials_ok
+from farm.web.app import FarmWeb, credentials_ok
 
 
 class MemoryStore:
-    """The parts of farm.store.Store the pages read."""
+    """The parts of farm.adapters.store.Store the pages read."""
 
     def __init__(self, objects: dict[str, bytes]) -> None:
         self.objects = objects
@@ -109,10 +109,10 @@ def test_what_a_scenes_box_wrote_is_served_bounded_and_never_sniffed(
 ) -> None:
     """Found by a review: a thumbnail or log of any size was read whole into the page server's
     memory, and served without nosniff (a browser could read a log as HTML)."""
-    import farm.web
+    import farm.web.app
 
-    monkeypatch.setattr(farm.web, "LOG_MAX_BYTES", 8)
-    monkeypatch.setattr(farm.web, "THUMB_MAX_BYTES", 4)
+    monkeypatch.setattr(farm.web.app, "LOG_MAX_BYTES", 8)
+    monkeypatch.setattr(farm.web.app, "THUMB_MAX_BYTES", 4)
     app = _app(ledger)
     status, headers, body = _get(app, "/jobs/j1/logs/00000-render-attempt1.log")
     assert status.startswith("200")

@@ -12,12 +12,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from farm import notices
+from farm.control.webhooks import Notifier, subscribe
+from farm.core import notices
+from farm.core.plan import plan_chunks
+from farm.core.spec import build_render_spec
+from farm.core.state import ChunkState, JobState
 from farm.ledger import Ledger
-from farm.plan import plan_chunks
-from farm.spec import build_render_spec
-from farm.state import ChunkState, JobState
-from farm.webhooks import Notifier, subscribe
 
 SECRET = "s3cret"
 

@@ -1,4 +1,4 @@
-"""The encode lane (workers.alongside): when it is on, one encode at a time, a render that ends
+"""The encode lane (workers.host.alongside): when it is on, one encode at a time, a render that ends
 while the last encode runs waits for it, and an encode that raises is logged, not lost silently."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from farm.settings import Settings
-from workers.alongside import Alongside, Paid, claim_fields, end_fields, in_lane, wanted
-from workers.gpu import Capabilities
+from farm.adapters.settings import Settings
+from workers.host.alongside import Alongside, Paid, claim_fields, end_fields, in_lane, wanted
+from workers.host.gpu import Capabilities
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_an_encode_that_raises_is_logged_and_the_lane_goes_on(
         raise RuntimeError("a bug")
 
     ran: list[float] = []
-    with caplog.at_level(logging.ERROR, logger="workers.alongside"):
+    with caplog.at_level(logging.ERROR, logger="workers.host.alongside"):
         lane.hand("chunk j/3 encode", broken)
         lane.hand("next", lambda: ran.append(time.monotonic()))  # waits for the broken one
     assert "chunk j/3 encode raised alongside" in caplog.text

@@ -1,5 +1,5 @@
 """Every file a scene uses is traced, stored once by hash, and rebuilt on a worker inside its tree
-(farm.assets, workers.assets). Fixture scenes: tests/unit/blends/build_deps.py."""
+(farm.blender.assets, workers.phases.scene_tree). Fixture scenes: tests/unit/blends/build_deps.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from blender_asset_tracer import blendfile
 
-from farm import keys
-from farm.assets import (
+from farm.blender.assets import (
     Asset,
     Manifest,
     private,
@@ -24,8 +23,9 @@ from farm.assets import (
     trace_scene,
     upload,
 )
-from farm.errors import PermanentError, SpecError
-from workers.assets import AssetCache, inside
+from farm.core import keys
+from farm.core.errors import PermanentError, SpecError
+from workers.phases.scene_tree import AssetCache, inside
 
 DEPS = Path(__file__).parent / "blends" / "deps"
 SCENES = Path(__file__).resolve().parents[2] / "scenes"
@@ -33,7 +33,7 @@ SCENES = Path(__file__).resolve().parents[2] / "scenes"
 
 @dataclass
 class FakeStore:
-    """The parts of farm.store.Store that assets use, in memory."""
+    """The parts of farm.adapters.store.Store that assets use, in memory."""
 
     objects: dict[str, bytes] = field(default_factory=dict)
     puts: list[str] = field(default_factory=list)
@@ -264,7 +264,7 @@ class FakeContext:
 
 
 def _job_for(store: FakeStore, scene: Path, manifest: Manifest) -> dict[str, str]:
-    from farm.spec import JobSpec, build_render_spec
+    from farm.core.spec import JobSpec, build_render_spec
 
     spec = build_render_spec(
         source_name=scene.name, frames="1-2", chunk_size=1, resolution="320x240", fps=24.0,
@@ -277,7 +277,7 @@ def _job_for(store: FakeStore, scene: Path, manifest: Manifest) -> dict[str, str
 
 
 def test_worker_rebuilds_the_scene_tree_from_the_cache(tmp_path: Path) -> None:
-    from workers.assets import build_tree
+    from workers.phases.scene_tree import build_tree
 
     store = FakeStore()
     traced = trace_scene(DEPS / "shot.blend")
@@ -297,7 +297,7 @@ def test_worker_rebuilds_the_scene_tree_from_the_cache(tmp_path: Path) -> None:
 
 
 def test_worker_refuses_a_hostile_manifest_and_writes_nothing_outside(tmp_path: Path) -> None:
-    from workers.assets import build_tree
+    from workers.phases.scene_tree import build_tree
 
     store = FakeStore()
     body = b"payload"
@@ -334,13 +334,13 @@ def test_submit_parses_the_scene_once_and_traces_it_as_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`farm submit` reads the scene's settings and traces its files from one parse of the
-    .blend (farm.cli_submit._render_spec), and leaves no file open."""
+    .blend (farm.cli.submit._render_spec), and leaves no file open."""
     import inspect
 
     from blender_asset_tracer import blendfile as bat
 
-    from farm.cli_submit import _render_spec
-    from farm.spec import build_render_spec
+    from farm.cli.submit import _render_spec
+    from farm.core.spec import build_render_spec
 
     scene = (SCENES / "textured.blend").resolve()  # a camera, a texture and a library
     alone = trace_scene(scene).manifest.to_json()

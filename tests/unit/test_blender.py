@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.blender import (
+from farm.blender.command import (
     MAX_OUTPUTS,
     SCRIPT,
     WHEEL,
@@ -92,8 +92,8 @@ def test_job_file_without_overrides_leaves_the_scene_alone() -> None:
 
 def test_a_warm_blender_never_renders_a_scene_replaced_since() -> None:
     """`farm retry --scene` keeps the job's tree paths: the scene's stored key tells them apart."""
-    from workers.blender_render import same_scene
-    from workers.warm import warm_key
+    from farm.blender.script import same_scene
+    from workers.host.warm import warm_key
 
     def job(source: str, frames: list[int]) -> dict[str, object]:
         return job_file(scene=Path("/t/scene.blend"), out_dir=Path("/o"), frames=frames,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from workers.blender_render import (
+from farm.blender.script import (
     MAX_OUTPUTS,
     ChunkFailed,
     frame_is_preview,

@@ -1,4 +1,4 @@
-"""Reading a scene's own render settings from the .blend, without Blender (farm.blendfile).
+"""Reading a scene's own render settings from the .blend, without Blender (farm.blender.blendfile).
 
 Fixtures are built by tests/unit/blends/build_fixtures.py with Blender 3.4 and known settings.
 """
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from farm.blendfile import SceneInfo, read_scene
-from farm.errors import SpecError
+from farm.blender.blendfile import read_scene
+from farm.core.errors import SpecError
+from farm.core.sources import SceneInfo
 
 BLENDS = Path(__file__).parent / "blends"
 TEXTURED = Path(__file__).resolve().parents[2] / "scenes" / "textured.blend"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from farm import chunking
-from farm.chunking import Measurement, Pool, choose_chunk_size, expected_makespan_s
-from farm.spec import FrameRange
+from farm.core import chunking
+from farm.core.chunking import Measurement, Pool, choose_chunk_size, expected_makespan_s
+from farm.core.spec import FrameRange
 
 
 def test_saved_times_give_startup_and_frame_time() -> None:

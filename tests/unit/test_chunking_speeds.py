@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from farm.chunking import Measurement, Pool, choose_chunk_size, expected_makespan_s, worker_factors
+from farm.core.chunking import (
+    Measurement,
+    Pool,
+    choose_chunk_size,
+    expected_makespan_s,
+    worker_factors,
+)
 
 
 def test_each_workers_factor_is_its_frame_time_over_the_jobs_median() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from farm import chunking, cost
-from farm.errors import ConfigError
+from farm.core import chunking, cost
+from farm.core.errors import ConfigError
 
 
 def test_shipped_price_table_is_dated_and_covers_the_terraform_gpu_types() -> None:

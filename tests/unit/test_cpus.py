@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from farm import cpus
-from farm.errors import ConfigError
+from farm.adapters import cpus
+from farm.core.errors import ConfigError
 
 
 def test_a_cpu_list_reads_and_writes_as_taskset_does() -> None:

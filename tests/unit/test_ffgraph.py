@@ -1,8 +1,8 @@
 from fractions import Fraction
 from pathlib import Path
 
-from farm.spec import fps_fraction
-from workers.ffgraph import (
+from farm.core.spec import fps_fraction
+from farm.media.ffgraph import (
     EncodeSettings,
     choose_encoder,
     concat_argv,

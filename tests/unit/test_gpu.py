@@ -1,4 +1,4 @@
-from workers.gpu import Capabilities, best_device, encoder_reason
+from workers.host.gpu import Capabilities, best_device, encoder_reason
 
 
 def test_cycles_uses_optix_then_cuda_only_where_an_nvidia_gpu_is_listed() -> None:

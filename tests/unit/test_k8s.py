@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from farm.exporter import METRIC_NAMES
+from farm.web.exporter import METRIC_NAMES
 from tests.infra.commands import check_farm_argv
 from tests.promql import ROOT, metric_names
 
@@ -121,7 +121,7 @@ def test_a_stopping_worker_has_time_to_hand_its_chunk_back() -> None:
 
 
 def test_every_container_runs_a_real_farm_command() -> None:
-    from farm.cli import cli
+    from farm.cli.main import cli
 
     farm_pods = [d for _, d in _docs() if d["kind"] == "Deployment"]
     for deployment in farm_pods:

@@ -1,4 +1,4 @@
-from farm import keys
+from farm.core import keys
 
 
 def test_layout_is_deterministic_and_under_the_job_prefix() -> None:

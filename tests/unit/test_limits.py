@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from farm.errors import SpecError
-from farm.limits import check_chunks, check_planned
+from farm.core.errors import SpecError
+from farm.core.limits import check_chunks, check_planned
 
 
 def test_a_million_one_frame_chunks_is_refused_with_why_and_what_to_do() -> None:

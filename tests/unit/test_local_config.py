@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.local import redis_quoted
-from farm.weedsec import JWT_SECRETS, security_toml
+from farm.adapters.weedsec import JWT_SECRETS, security_toml
+from farm.control.local import redis_quoted
 
 
 def test_a_redis_path_is_one_quoted_argument_whatever_it_holds() -> None:

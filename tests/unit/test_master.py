@@ -3,8 +3,9 @@ from fractions import Fraction
 
 import pytest
 
-from farm.errors import SpecError
-from farm.master import MasterInfo, output_rate, parse_master, parse_packets, seek_points
+from farm.core.errors import SpecError
+from farm.core.sources import MasterInfo
+from farm.media.master import output_rate, parse_master, parse_packets, seek_points
 
 
 def _streams(video: dict[str, object] | None = None, audio: bool = True, **fmt: object) -> str:

@@ -1,4 +1,4 @@
-"""workers.mp4join on segments built box by box: tables merged exactly, sample bytes where the
+"""farm.media.mp4join on segments built box by box: tables merged exactly, sample bytes where the
 index says, and a refusal (CannotJoin, so the stitch falls back to ffmpeg) for what it cannot join."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workers import mp4box as m
-from workers.mp4join import Mp4Join
-from workers.mp4track import NORMAL_RATE, CannotJoin, read_track
+from farm.media import mp4box as m
+from farm.media.mp4join import Mp4Join
+from farm.media.mp4track import NORMAL_RATE, CannotJoin, read_track
 
 TIMESCALE = 24000
 TICK = 1001  # 23.976 fps
@@ -192,7 +192,7 @@ def test_a_segment_missing_a_box_every_track_needs_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """CannotJoin (the stitch falls back to ffmpeg), not a KeyError that would fail the job."""
-    from workers import mp4track
+    from farm.media import mp4track
 
     segment(tmp_path / "a.mp4", [0] * 3)
     children = mp4track._children

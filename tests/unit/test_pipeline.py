@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from farm.ledger_lua import RENEW
-from farm.pipeline import (
+from farm.core.pipeline import (
     CHUNK_PHASES,
     CHUNK_TRANSITIONS,
     PHASES,
@@ -22,8 +21,9 @@ from farm.pipeline import (
     sources_of,
     waiting_for,
 )
-from farm.spec import JobKind
-from farm.state import ChunkState, JobState
+from farm.core.spec import JobKind
+from farm.core.state import ChunkState, JobState
+from farm.ledger.lua import RENEW
 
 
 def walk(kind: JobKind) -> list[ChunkState]:
@@ -67,7 +67,7 @@ def test_each_phase_hands_on_to_the_next_in_order(kind: JobKind) -> None:
 
 @pytest.mark.parametrize("phase", list(PHASES.values()), ids=lambda p: str(p.phase))
 def test_every_way_out_of_a_running_phase_is_allowed(phase: object) -> None:
-    from farm.pipeline import PhaseSpec
+    from farm.core.pipeline import PhaseSpec
 
     assert isinstance(phase, PhaseSpec)
     for target in (
@@ -85,7 +85,7 @@ def test_every_way_out_of_a_running_phase_is_allowed(phase: object) -> None:
 def test_a_returned_chunk_waits_for_a_phase_of_its_kind(phase: object) -> None:
     """GIVEN a failure, lost lease or interruption THEN the chunk lands where some phase of
     its job's pipeline claims it again (nothing is stranded)."""
-    from farm.pipeline import PhaseSpec
+    from farm.core.pipeline import PhaseSpec
 
     assert isinstance(phase, PhaseSpec)
     kinds = [k for k, phases in CHUNK_PHASES.items() if phase.phase in phases]
@@ -171,4 +171,4 @@ def test_the_readme_shows_the_pipeline_as_declared() -> None:
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     shown = readme.split("<!-- pipeline:begin -->\n", 1)[1].split("\n<!-- pipeline:end -->", 1)[0]
-    assert shown == markdown_table(), "paste farm.pipeline.markdown_table() into the README"
+    assert shown == markdown_table(), "paste farm.core.pipeline.markdown_table() into the README"

@@ -1,7 +1,7 @@
 import pytest
 
-from farm.plan import plan_chunks
-from farm.spec import parse_frames
+from farm.core.plan import plan_chunks
+from farm.core.spec import parse_frames
 
 
 def test_even_split() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from farm.core.pipeline import JOB_TRANSITIONS
+from farm.core.state import JobState
 from farm.dispatch import PRIORITY_STEPS, broker_priority
-from farm.pipeline import JOB_TRANSITIONS
-from farm.state import JobState
 
 
 def test_higher_farm_priority_is_a_lower_kombu_priority() -> None:

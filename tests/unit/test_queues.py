@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from farm.queues import message_work, queued_work
+from farm.core.queues import message_work, queued_work
 
 
 def envelope(task: str, kwargs: dict[str, object], *, body: bool = True) -> str:

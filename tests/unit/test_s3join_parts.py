@@ -1,11 +1,11 @@
 """The store's join, the pure parts: which part each segment takes in a job's early upload, and
-which parts copied with their segments the stitch may keep (workers.s3join)."""
+which parts copied with their segments the stitch may keep (workers.phases.s3join)."""
 
 from __future__ import annotations
 
-from workers import s3join
-from workers.mp4join import Joined
-from workers.s3join import EarlyPart, Plan, early_parts, part_number
+from farm.media.mp4join import Joined
+from workers.phases import s3join
+from workers.phases.s3join import EarlyPart, Plan, early_parts, part_number
 
 MIB5 = 5 << 20
 

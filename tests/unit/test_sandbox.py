@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from farm.sandbox import Box, minimal_env, tmpfs_cap, unwrapped_returncode, userns_cap, wrap
+from farm.adapters.sandbox import (
+    Box,
+    minimal_env,
+    tmpfs_cap,
+    unwrapped_returncode,
+    userns_cap,
+    wrap,
+)
 
 WORKER_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -108,9 +115,9 @@ def test_a_host_where_bwrap_cannot_make_a_box_refuses_to_start_a_render_worker(
 ) -> None:
     """Found by a review: in a container run without the rights bwrap needs, the worker started
     (bwrap was installed) and every chunk of every job failed in milliseconds."""
-    from farm.errors import ConfigError
-    from farm.settings import Settings
-    from workers.box import check_host
+    from farm.adapters.settings import Settings
+    from farm.core.errors import ConfigError
+    from workers.host.box import check_host
 
     refusing = tmp_path / "bwrap"
     refusing.write_text(
@@ -126,7 +133,7 @@ def test_a_host_where_bwrap_cannot_make_a_box_refuses_to_start_a_render_worker(
 def test_what_not_everyone_may_read_in_etc_is_empty_inside_the_box(tmp_path: Path) -> None:
     """Found by a review: a worker running as root boxed /etc whole, and with it what only root
     may read: a Redis config with its password, TLS private keys, shadow's backup."""
-    from farm.sandbox import private_system_paths
+    from farm.adapters.sandbox import private_system_paths
 
     etc = tmp_path / "etc"
     (etc / "redis").mkdir(parents=True)

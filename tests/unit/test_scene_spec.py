@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from farm.blendfile import read_scene
-from farm.errors import SpecError
-from farm.spec import JobSpec, build_render_spec, provenance, scene_resolution
+from farm.blender.blendfile import read_scene
+from farm.core.errors import SpecError
+from farm.core.spec import JobSpec, build_render_spec, provenance, scene_resolution
 
 BLENDS = Path(__file__).parent / "blends"
 TEXTURED = Path(__file__).resolve().parents[2] / "scenes" / "textured.blend"

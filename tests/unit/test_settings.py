@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import ConfigError
-from farm.settings import Settings, load_settings, save_settings
+from farm.adapters.settings import Settings, load_settings, save_settings
+from farm.core.errors import ConfigError
 
 
 def test_env_overrides_file_and_flags_override_env(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import SpecError
-from farm.spec import (
+from farm.core.errors import SpecError
+from farm.core.spec import (
     FrameRange,
     JobSpec,
     build_render_spec,

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from farm.proc import Running
-from farm.split import MIN_REST, choose, margin_frames, split_point
-from workers.blender_render import Renderer
-from workers.frames import FrameUploader, kept, write_permit
-from workers.lease import LeaseKeeper
-from workers.stitch import first_frame
+from farm.adapters.proc import Running
+from farm.blender.script import Renderer
+from farm.core.split import MIN_REST, choose, margin_frames, split_point
+from workers.attempt.lease import LeaseKeeper
+from workers.phases.frames import FrameUploader, kept, write_permit
+from workers.phases.stitch import first_frame
 
 
 def _job(job_id: str = "j", state: str = "running", **extra: str) -> dict[str, str]:
@@ -190,8 +190,8 @@ def test_the_lease_keeper_outlives_a_failing_log_upload_and_stop_check() -> None
         should_stop=broken_check, upload_log=missing_log,
     )  # fmt: skip
     with (
-        mock.patch("workers.lease.LOG_UPLOAD_EVERY_S", 0.0),
-        mock.patch("workers.lease.TICK_S", 0.02),
+        mock.patch("workers.attempt.lease.LOG_UPLOAD_EVERY_S", 0.0),
+        mock.patch("workers.attempt.lease.TICK_S", 0.02),
         keeper,
     ):
         time.sleep(0.3)

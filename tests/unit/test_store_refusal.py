@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from farm.store import refusal
+from farm.adapters.store import refusal
 
 
 @pytest.mark.parametrize(

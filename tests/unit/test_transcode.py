@@ -2,12 +2,13 @@ import json
 
 import pytest
 
-from farm.errors import PermanentError
-from farm.master import MasterInfo, Probed
-from farm.probe import Streams, parse_streams
-from farm.transcode_spec import build_transcode_spec
-from workers.transcode import pick_encoder, segment_cut
-from workers.transcode_stitch import check_output, check_segments
+from farm.core.errors import PermanentError
+from farm.core.sources import MasterInfo
+from farm.media.master import Probed
+from farm.media.probe import Streams, parse_streams
+from farm.media.transcode_spec import build_transcode_spec
+from workers.phases.transcode import pick_encoder, segment_cut
+from workers.phases.transcode_stitch import check_output, check_segments
 
 MASTER = MasterInfo(
     container="mov,mp4", codec="h264", width=1920, height=1080, frame_count=96,

@@ -1,7 +1,7 @@
 from fractions import Fraction
 
-from workers.ffgraph import EncodeSettings
-from workers.transcode_graph import (
+from farm.media.ffgraph import EncodeSettings
+from farm.media.transcode_graph import (
     SegmentCut,
     audio_codec_options,
     default_quality,

@@ -2,10 +2,11 @@ import json
 
 import pytest
 
-from farm.errors import SpecError
-from farm.master import AudioStream, MasterInfo, Probed
-from farm.spec import Codec, EncoderChoice, JobKind, JobSpec, build_render_spec
-from farm.transcode_spec import build_transcode_spec, vfr_note
+from farm.core.errors import SpecError
+from farm.core.sources import AudioStream, MasterInfo
+from farm.core.spec import Codec, EncoderChoice, JobKind, JobSpec, build_render_spec
+from farm.media.master import Probed
+from farm.media.transcode_spec import build_transcode_spec, vfr_note
 
 MASTER = MasterInfo(
     container="mov,mp4",

@@ -1,4 +1,4 @@
-from farm.versions import can_open, needs_text, refusal
+from farm.core.versions import can_open, needs_text, refusal
 
 
 def test_a_worker_opens_files_of_its_own_and_older_series() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 from rich.console import Console
 
-from farm import cost
-from farm.report import Printable, job_summary, to_text
-from farm.watch import farm_view, job_view
+from farm.cli.watch import farm_view, job_view
+from farm.core import cost
+from farm.core.report import Printable, job_summary, to_text
 
 
 def _summary(state: str = "running") -> dict[str, Any]:

@@ -7,8 +7,10 @@ import hashlib
 import hmac
 import json
 
-from farm import census, jobpage, notices
-from farm.report import job_summary
+from farm.control import census
+from farm.core import notices
+from farm.core.report import job_summary
+from farm.web import jobpage
 
 
 def test_a_transcode_chunk_waits_on_the_encode_queue() -> None:
@@ -86,7 +88,7 @@ def test_log_links_are_labelled_by_phase_and_attempt() -> None:
 
 
 def test_status_says_when_the_first_frame_and_its_thumbnail_reached_the_store() -> None:
-    from farm.report import status_table, to_text
+    from farm.core.report import status_table, to_text
 
     job = {"id": "j1", "state": "running", "created": "100", "first_frame_at": "104.25",
            "first_thumbnail_at": "104.5"}  # fmt: skip
@@ -98,7 +100,7 @@ def test_status_says_when_the_first_frame_and_its_thumbnail_reached_the_store() 
 
 
 def test_the_eta_leaves_out_the_time_a_job_spent_paused() -> None:
-    from farm.report import eta_s, status_table, to_text
+    from farm.core.report import eta_s, status_table, to_text
 
     # 100 s since submit, 60 s of them paused (an earlier pause of 40 s, and 20 s of this one),
     # 10 of 20 frames: it ran 40 s for 10 frames, so 40 s to go, not the 100 s elapsed gives.

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from farm.cli import cli
+from farm.cli.main import cli
 from workers.__main__ import main
 
 

@@ -58,7 +58,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "farm" {
     id     = "abort-incomplete-multipart-uploads"
     status = "Enabled"
     filter {}
-    # A job's early upload (workers/s3join.py: segments copied into the output as they are
+    # A job's early upload (workers/phases/s3join.py: segments copied into the output as they are
     # made) stays open while the job renders: a week covers long jobs. The reconciler aborts
     # those of failed and cancelled jobs (FARM_EARLY_UPLOAD_KEEP_H after they ended); this rule
     # is the backstop.

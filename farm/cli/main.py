@@ -1,0 +1,275 @@
+"""The `farm` command line. The one place on the control plane that configures logging and turns
+a FarmError into a plain message and an exit code (SpecError, UnknownJob and usage errors: 2;
+others: 1)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from farm.adapters.settings import command_settings, default_config_path
+from farm.cli.control import COMMANDS as CONTROL_COMMANDS
+from farm.cli.serve import COMMANDS as SERVE_COMMANDS
+from farm.cli.submit import settings_text, submit, trace_fixed_scene, wait_for_job
+from farm.core import keys
+from farm.core.errors import ConfigError, FarmError, SpecError, UnknownJob, UnreachableError
+from farm.core.report import (
+    jobs_table,
+    printable,
+    status_table,
+    to_text,
+)
+from farm.core.spec import JobSpec, provenance
+from farm.core.state import ENDED
+from farm.ledger import Ledger
+
+log = logging.getLogger("farm")
+
+
+class FarmGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FarmError as exc:
+            if ctx.meta.get("debug"):
+                raise
+            hint = _hint(ctx, exc)
+            said = f"farm: error: {str(exc).rstrip('.') if hint else exc}{hint}"
+            click.echo(printable(said), err=True)  # a scene's paths may be in it
+            ctx.exit(2 if isinstance(exc, (SpecError, UnknownJob)) else 1)
+        except OSError as exc:  # a file of the user's: a DEST that cannot be written, a full disk
+            if ctx.meta.get("debug"):
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            click.echo(f"farm: error: {exc.strerror or exc}{where}", err=True)
+            ctx.exit(1)
+
+
+def _hint(ctx: click.Context, exc: FarmError) -> str:
+    """Where the farm's addresses came from, after an error that may mean they are wrong."""
+    path = ctx.meta.get("config_path")
+    if path is None:
+        return ""
+    missing = not path.exists()
+    if isinstance(exc, UnreachableError):
+        where = f"{path}, which does not exist," if missing else str(path)
+        return (
+            f"; is the farm up? (`farm up` starts a local one; its addresses come from {where} "
+            "and FARM_* variables)"
+        )
+    if isinstance(exc, ConfigError) and missing:
+        return f" (the config file {path} does not exist)"
+    return ""
+
+
+@click.group(cls=FarmGroup)
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Config file (default: $FARM_CONFIG or ~/.config/farm/config.json).",
+)
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
+    """farm: render Blender scenes and encode video on a farm of GPU workers."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not debug:  # urllib3 warns per retry of a refused certificate; the error says it once
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
+        # The .blend reader warns of a truncated file or a missing library; farm's own error
+        # says it, with what to do.
+        logging.getLogger("blender_asset_tracer").setLevel(logging.ERROR)
+    ctx.meta["debug"] = debug
+    ctx.meta["config_path"] = config_path or default_config_path(os.environ)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--wait", is_flag=True, help="Follow the job until it ends; exit 0 only if done.")
+@click.pass_context
+def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
+    """Show a job's state, its chunks, its cost and its output."""
+    from farm.cli.watch import summarize
+
+    settings = command_settings(ctx).require_farm()
+    ledger = Ledger.from_url(settings.redis_url)
+    ledger.job_or_fail(job_id)
+    if wait:
+        wait_for_job(settings, job_id, quiet=as_json)
+    summary = summarize(ledger, job_id)
+    summary["settings"] = provenance(JobSpec.from_json(summary["spec"])) if summary["spec"] else {}
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(to_text(status_table(summary)))
+        if summary["settings"]:
+            click.echo(printable(settings_text(summary["settings"])))
+        for missing in summary["spec"].get("missing_assets", []):
+            click.echo(printable(f"  missing at submit (--allow-missing): {missing}"))
+    if wait:  # the same exit codes as submit --wait
+        ctx.exit(0 if summary["state"] == "done" else 1)
+
+
+@cli.command()
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """List jobs, newest first."""
+    ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
+    rows = []
+    from farm.cli.watch import summarize
+
+    for job_id in ledger.job_ids(limit):
+        summary = summarize(ledger, job_id, with_chunks=False)
+        summary.pop("chunks")
+        rows.append(summary)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    click.echo(to_text(jobs_table(rows)))
+
+
+@cli.command()
+@click.argument("job_id")
+@click.argument("dest_text", metavar="DEST", type=click.Path())
+@click.option(
+    "--frames",
+    "with_frames",
+    is_flag=True,
+    help="Download the rendered frames too, and what the scene's File Output nodes wrote.",
+)
+@click.pass_context
+def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) -> None:
+    """Download a finished job's video (and frames) to DEST: a file, or a folder (one that
+    exists, or one named with a trailing /) to put JOB.mp4 in."""
+    from farm.adapters.store import Store
+
+    settings = command_settings(ctx).require_farm()
+    job = Ledger.from_url(settings.redis_url).job_or_fail(job_id)
+    partial = job.get("state") in ("failed", "cancelled", "paused") and with_frames
+    if job.get("state") != "done" and not partial:
+        raise FarmError(
+            f"job {job_id} is {job.get('state')}; its video exists once it is done "
+            "(`--frames` fetches the frames done so far of a failed, cancelled or paused job)"
+        )
+    store = Store.from_settings(settings)
+    ext = Path(job.get("output") or "x.mp4").suffix
+    dest = Path(dest_text)
+    folder = dest.is_dir() or dest_text.endswith(("/", os.sep))
+    target = dest / f"{job_id}{ext}" if folder else dest
+    try:
+        if not partial:
+            store.get_file(job["output"], target)
+            click.echo(str(target))
+        if with_frames:
+            frames_dir = (dest if folder else dest.parent) / f"{job_id}-frames"
+            # The frames in the scene's own format (EXR, PNG); jobs before 0.2 kept only PNGs.
+            found = store.keys(keys.job_prefix(job_id) + "masters/")
+            found = found or store.keys(keys.job_prefix(job_id) + "frames/")
+            if not found:  # a transcode, or a job that failed before its first frame
+                raise FarmError(f"job {job_id} has no frames in the store")
+            for key in found:
+                store.get_file(key, frames_dir / Path(key).name)
+            # What the scene's File Output nodes wrote (passes for compositing), laid out as
+            # the nodes name it, beside the frames.
+            outputs = keys.file_outputs_prefix(job_id)
+            for key in store.keys(outputs):
+                parts = key.removeprefix(outputs).split("/")
+                if any(p in ("", ".", "..") for p in parts):  # never outside the folder
+                    log.warning("skipped %s: not a plain path", printable(key))
+                    continue
+                store.get_file(key, frames_dir.joinpath("file_output", *parts))
+            click.echo(str(frames_dir))
+    except OSError as exc:
+        blocked = Path(exc.filename) if exc.filename else None
+        why = f", {blocked} is in the way" if blocked in target.parents else ""
+        raise FarmError(
+            f"cannot write {target}: {exc.strerror or exc}{why}; choose another DEST"
+        ) from exc
+
+
+@cli.command()
+@click.argument("job_id")
+@click.pass_context
+def cancel(ctx: click.Context, job_id: str) -> None:
+    """Cancel a job: queued chunks never start, running ones stop within seconds."""
+    ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
+    job = ledger.job_or_fail(job_id)
+    if job.get("state") in ENDED:
+        raise FarmError(f"job {job_id} is {job['state']} already")
+    chunks = ledger.cancel_job(job_id)
+    click.echo(
+        f"cancelled {job_id} ({len(chunks)} unfinished chunks); `farm retry {job_id} --all` resumes it"
+    )
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option(
+    "--all",
+    "every_unfinished",
+    is_flag=True,
+    help="Requeue every unfinished chunk, not only the failed ones.",
+)
+@click.option(
+    "--scene",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A fixed .blend to render the remaining frames from.",
+)
+@click.pass_context
+def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path | None) -> None:
+    """Requeue a failed or cancelled job's chunks; frames already done are reused."""
+    from farm.control.jobs import check_retry, reopen
+
+    settings = command_settings(ctx).require_farm()
+    fixed = None
+    if scene is not None:
+        check_retry(settings, job_id, every_unfinished=every_unfinished, scene=True)
+        fixed = (scene, *trace_fixed_scene(scene, ctx.meta["config_path"]))
+    reopened = reopen(settings, job_id, every_unfinished=every_unfinished, fixed=fixed)
+    for index, why in sorted(reopened.remade.items()):
+        click.echo(f"chunk {index} is made again: {why}")
+    click.echo(f"requeued {job_id}: {len(reopened.waiting)} chunks waiting")
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--chunk", type=int, default=None, help="Only this chunk's attempts.")
+@click.pass_context
+def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
+    """Show each attempt's Blender/ffmpeg log from the object store."""
+    from farm.adapters.store import Store
+
+    settings = command_settings(ctx).require_farm()
+    Ledger.from_url(settings.redis_url).job_or_fail(job_id)
+    store = Store.from_settings(settings)
+    prefix = keys.job_prefix(job_id) + "logs/" + (f"{chunk:05d}-" if chunk is not None else "")
+    found = store.keys(prefix)
+    if not found:
+        raise FarmError(f"no logs for {job_id}{'' if chunk is None else f' chunk {chunk}'} yet")
+    for key in found:
+        click.echo(f"===== {Path(key).name}")
+        click.echo(printable(store.get_bytes(key).decode("utf-8", "replace").rstrip()))
+
+
+cli.add_command(submit)
+# pause, resume, priority, watch (farm/cli/control.py); up, down, worker, reconcile, flower, web,
+# metrics (farm/cli/serve.py)
+for _command in (*CONTROL_COMMANDS, *SERVE_COMMANDS):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    cli(prog_name="farm")

@@ -1,0 +1,394 @@
+"""`farm submit`: a scene or a master checked at the edge, priced or queued, and followed
+(registered on the `farm` group by farm.cli.main)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from farm.adapters.settings import Settings, command_settings
+from farm.core.errors import SpecError
+from farm.core.report import advance, job_summary, printable, progress_bar, progress_line
+from farm.core.spec import JobSpec, build_render_spec, check_scene_path, provenance
+from farm.core.state import ENDED, JobState
+from farm.ledger import Ledger
+
+if TYPE_CHECKING:
+    from farm.blender.assets import Traced
+    from farm.core.sources import SceneInfo
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--frames", default=None, help="FIRST-LAST or FIRST-LAST:STEP (default: the scene's range)."
+)
+@click.option(
+    "--chunk-size",
+    default="auto",
+    show_default=True,
+    help="Frames per render chunk, or auto: sized from a probe of Blender start-up and frame time.",
+)
+@click.option(
+    "--resolution",
+    default=None,
+    help="WIDTHxHEIGHT (default: the scene's size and percentage; 3840x2160 encode).",
+)
+@click.option("--fps", type=float, default=None, help="Frame rate (default: the scene's).")
+@click.option("--samples", type=int, default=None, help="Render samples (default: the scene's).")
+@click.option(
+    "--engine", default=None, help="cycles, eevee or workbench (default: the scene's engine)."
+)
+@click.option("--camera", default=None, help="Camera object (default: the scene's active camera).")
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="Submit even if files the scene uses are missing here (recorded on the job).",
+)
+@click.option(
+    "--trusted-scripts",
+    is_flag=True,
+    help="Run the Python stored in the .blend (drivers, startup scripts). Off by default: only "
+    "for scenes from people you trust; recorded on the job.",
+)
+@click.option(
+    "--codec",
+    default="h264",
+    show_default=True,
+    help="h264, hevc, av1, hevc10 (10-bit Main10) or prores (ProRes 422 HQ in a .mov).",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["render", "transcode", "encode"]),
+    default=None,
+    help="Default: render for a .blend file, transcode for a video master (encode: the same).",
+)
+@click.option("--quality", type=int, default=None, help="Encode: CRF/CQ, lower is better.")
+@click.option("--encoder", default="auto", show_default=True, help="Encode: auto, nvenc, software.")
+@click.option("--preset", default="medium", show_default=True, help="Encode: x264-style preset.")
+@click.option("--segment-frames", type=int, default=None, help="Encode: frames per segment.")
+@click.option(
+    "--notify", default=None, callback=lambda _c, _p, v: _webhook_url(v),
+    help="POST the job's events (done, failed, paused, ...) to this URL, signed (X-Farm-Signature).",
+)  # fmt: skip
+@click.option("--wait", is_flag=True, help="Show progress until the job ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--estimate",
+    is_flag=True,
+    help="Plan and price the job (frames, chunks, GPU-hours, time, cost) and queue none of it; "
+    "when the farm has no timings of the scene, a short probe job (three of its frames, billed) "
+    "runs first.",
+)
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Budget in dollars: the job pauses before passing it (default: settings).",
+)
+@click.option("--priority", type=click.IntRange(0, 100), default=50, show_default=True,
+              help="0..100, higher runs first.")  # fmt: skip
+@click.pass_context
+def submit(
+    ctx: click.Context,
+    path: Path,
+    frames: str | None,
+    chunk_size: str,
+    resolution: str | None,
+    fps: float | None,
+    samples: int | None,
+    engine: str | None,
+    camera: str | None,
+    allow_missing: bool,
+    trusted_scripts: bool,
+    codec: str,
+    kind: str | None,
+    quality: int | None,
+    encoder: str,
+    preset: str,
+    segment_frames: int | None,
+    notify: str | None,
+    wait: bool,
+    as_json: bool,
+    estimate: bool,
+    max_cost: float | None,
+    priority: int,
+) -> None:
+    """Submit a .blend scene to render, or a video master to transcode, into a video."""
+    from farm.control.jobs import submit as submit_job
+    from farm.core.spec import JobKind
+    from farm.media.transcode_spec import transcode_spec_from_file, vfr_note
+
+    loaded = command_settings(ctx)
+    default_kind = JobKind.RENDER if path.suffix.lower() == ".blend" else JobKind.TRANSCODE
+    job_kind = JobKind.parse(kind) if kind else default_kind
+    _refuse_flags_of_the_other_kind(ctx, job_kind, path)
+    if job_kind is JobKind.TRANSCODE:
+        spec = transcode_spec_from_file(
+            path,
+            ffprobe=loaded.ffprobe,
+            ffmpeg=loaded.ffmpeg,
+            frames=frames,
+            resolution=resolution,
+            codec=codec,
+            quality=quality,
+            encoder=encoder,
+            preset=preset,
+            segment_frames=segment_frames,
+        )
+        if note := vfr_note(spec):
+            click.echo(printable(note), err=True)
+        traced = None
+    else:
+        scene_flags = {"frames": frames, "resolution": resolution, "fps": fps,
+                       "samples": samples, "engine": engine, "camera": camera}  # fmt: skip
+        spec, traced = _render_spec(
+            path, scene_flags, chunk_size=chunk_size, codec=codec, allow_missing=allow_missing,
+            config=ctx.meta.get("config_path"),
+        )  # fmt: skip
+        spec = replace(spec, trusted_scripts=trusted_scripts)
+    settings = loaded.require_farm()
+    if estimate:
+        _print_estimate(settings, spec, path, traced, as_json)
+        return
+    done = submit_job(settings, spec, path, traced, priority=priority, max_cost=max_cost)
+    if notify:
+        from farm.control.webhooks import subscribe
+
+        subscribe(Ledger.from_url(settings.redis_url), done.job_id, notify)
+    if not wait:
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "id": done.job_id,
+                        "state": "queued",
+                        "chunks_total": done.chunks,
+                        "frames_total": done.frames,
+                        "source_key": done.source_key,
+                        "settings": provenance(spec),
+                        "assets": {
+                            "files": len(traced.manifest.assets) if traced else 0,
+                            "uploaded": done.assets_uploaded,
+                            "reused": done.assets_reused,
+                            "bytes_uploaded": done.assets_bytes_uploaded,
+                            "missing": list(traced.manifest.missing) if traced else [],
+                        },
+                    }
+                )
+            )
+        else:
+            click.echo(done.job_id)
+        return
+    if not as_json:
+        click.echo(f"job {done.job_id}: {done.frames} frames in {done.chunks} chunks", err=True)
+    summary = wait_for_job(settings, done.job_id, quiet=as_json)
+    if as_json:
+        summary["settings"] = provenance(spec)
+        click.echo(json.dumps(summary))
+    elif summary["state"] == "done":
+        click.echo(f"done: {summary['output']}  (farm fetch {done.job_id} DEST)")
+    ctx.exit(0 if summary["state"] == "done" else 1)
+
+
+def _webhook_url(value: str | None) -> str | None:
+    if value and not value.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL")
+    return value
+
+
+def _render_spec(
+    path: Path,
+    scene_flags: dict[str, Any],
+    *,
+    chunk_size: str,
+    codec: str,
+    allow_missing: bool,
+    config: Path | None = None,
+) -> tuple[JobSpec, Traced]:
+    """The scene's own settings, `scene_flags` (those given) over them, and every file it uses; SpecError (exit 2)
+    for a damaged file or missing files, before anything is queued."""
+    from blender_asset_tracer.blendfile import close_all_cached
+
+    from farm.blender.assets import require_complete, trace_scene
+    from farm.blender.blendfile import read_scene
+    from farm.core.spec import scene_resolution
+
+    check_scene_path(path)
+    try:
+        scene = read_scene(path, cached=True)  # parsed once: the trace reads the same file
+        spec = build_render_spec(
+            source_name=path.name, chunk_size=chunk_size, codec=codec, scene=scene, **scene_flags
+        )
+        if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
+            click.echo(printable(f"note: {note}"), err=True)
+        traced = trace_scene(path, config)
+    finally:
+        close_all_cached()
+    require_complete(traced.manifest, allow_missing=allow_missing)
+    for missing in traced.manifest.missing:
+        click.echo(printable(f"warning: missing, rendering without it: {missing}"), err=True)
+    for path_text in traced.manifest.unremapped:
+        click.echo(
+            printable(f"warning: absolute path inside a linked library: {path_text}"), err=True
+        )
+    return spec, traced
+
+
+ONLY_FOR = {
+    "render": ("fps", "samples", "engine", "camera", "allow_missing", "trusted_scripts",
+               "chunk_size"),
+    "transcode": ("quality", "encoder", "preset", "segment_frames"),
+}  # fmt: skip
+"""`farm submit`'s flags that one kind of job reads and the other does not."""
+
+
+def _refuse_flags_of_the_other_kind(ctx: click.Context, kind: object, path: Path) -> None:
+    """SpecError (exit 2) for a flag given that this kind of job would ignore: a render asked
+    for `--quality 18` must not quietly get the default."""
+    other = "transcode" if str(kind) == "render" else "render"
+    given = [
+        "--" + name.replace("_", "-")
+        for name in ONLY_FOR[other]
+        if ctx.get_parameter_source(name)
+        in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    ]
+    if given:
+        one = len(given) == 1
+        raise SpecError(
+            f"{', '.join(given)} {'is' if one else 'are'} for {other} jobs; {path.name} is a "
+            f"{kind} job, which would ignore {'it' if one else 'them'}: leave "
+            f"{'it' if one else 'them'} out"
+        )
+
+
+def trace_fixed_scene(path: Path, config: Path | None) -> tuple[SceneInfo, Traced]:
+    """`farm retry --scene`: the fixed scene read (its settings and Blender version) and traced
+    (every file it uses, uploaded beside it as at submit); SpecError for a damaged file or
+    private files."""
+    from blender_asset_tracer.blendfile import close_all_cached
+
+    from farm.blender.assets import trace_scene
+    from farm.blender.blendfile import read_scene
+
+    check_scene_path(path)
+    try:
+        info = read_scene(path, cached=True)
+        traced = trace_scene(path, config)
+    finally:
+        close_all_cached()
+    return info, traced
+
+
+def settings_text(settings: dict[str, dict[str, Any]]) -> str:
+    """`farm status` lines: each render setting, its value and where it came from."""
+    lines = ["  settings"]
+    for name, item in settings.items():
+        value = item["value"]
+        shown = ", ".join(value) if isinstance(value, list) else value
+        lines.append(f"    {name:<16} {shown!s:<24} ({item['from']})")
+    return "\n".join(lines)
+
+
+STOPS = ENDED | {JobState.PAUSED}
+"""Where a wait stops: the job has ended, or it is paused and only a person can go on."""
+
+
+INTERRUPTED_EXIT = 130
+"""A wait ended by Ctrl-C (128 + SIGINT, as a shell reports it): not the job's end, whose exit
+a script reads (0 done, 1 failed, cancelled or paused)."""
+
+
+def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:
+    """Follow the job until it ends or pauses: a live bar on a terminal, a line per change in a
+    log. A paused job (its budget, `farm pause`) waits for a person: the wait ends saying why."""
+    ledger = Ledger.from_url(settings.redis_url)
+    tty = sys.stderr.isatty() and not quiet
+    bar = progress_bar()
+    task = bar.add_task("job", total=1, state="", chunks="", elapsed="", eta="")
+    last: tuple[object, ...] = ()
+    if tty:
+        bar.start()
+    try:
+        while True:
+            summary = job_summary(ledger.job(job_id), ledger.chunks(job_id))
+            if tty:
+                advance(bar, task, summary)
+            elif not quiet and (step := _step(summary)) != last:
+                click.echo(progress_line(summary), err=True)
+                last = step
+            if summary["state"] in STOPS:
+                break
+            # The view is redrawn every half second; the end is heard within a tenth of one
+            # (the job's record alone, not its chunks), so a script waiting on it loses no time.
+            redraw = time.monotonic() + 0.5
+            while time.monotonic() < redraw and ledger.job(job_id).get("state") not in STOPS:
+                time.sleep(0.1)
+    except KeyboardInterrupt:
+        if tty:
+            bar.stop()
+        # Only the wait ends: the job goes on (and is paid for) until someone stops it.
+        click.echo(f"stopped waiting; job {job_id} goes on: `farm status {job_id} --wait` "
+                   f"follows it again, `farm cancel {job_id}` stops it", err=True)  # fmt: skip
+        raise SystemExit(INTERRUPTED_EXIT) from None
+    finally:
+        if tty:
+            bar.stop()  # a second stop is nothing
+    if quiet or summary["state"] == JobState.DONE:
+        return summary
+    if summary["state"] == JobState.PAUSED:
+        reason = ledger.job(job_id).get("paused_reason", "")
+        if "farm resume" not in reason:
+            reason += f"; `farm resume {job_id}` continues it"
+        said = f"job {job_id} paused: {reason}; `farm status {job_id} --wait` follows it again"
+        click.echo(printable(said), err=True)
+    else:
+        click.echo(printable(f"job {job_id} {summary['state']}: {summary['error']}"), err=True)
+    return summary
+
+
+def _step(summary: dict[str, Any]) -> tuple[object, ...]:
+    """What a log line is written for: the job's state, chunks or frames changed (not its clock,
+    or a long job would write a line a second)."""
+    keys = ("state", "chunks_done", "chunks_total", "frames_rendered")
+    return tuple(summary[k] for k in keys)
+
+
+def _print_estimate(
+    settings: Settings, spec: JobSpec, path: Path, traced: Traced | None, as_json: bool
+) -> None:
+    """`submit --estimate`: what the job would take and cost; nothing of it is queued."""
+    from farm.control.estimate import estimate_job
+    from farm.core.cost import money
+
+    if not as_json:
+        click.echo("estimating (a short probe job runs if the farm has no timings of this scene)",
+                   err=True)  # fmt: skip
+    found = estimate_job(
+        settings,
+        spec,
+        path,
+        traced,
+        say=lambda line: None if as_json else click.echo(line, err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(found.to_json()))
+        return
+    e, m = found.estimate, found.measurement
+    click.echo(f"frames      {e.frames} in {e.chunks} chunks of {e.chunk_size} ({e.reason})")
+    click.echo(f"timings     {m.startup_s:.2f} s per chunk + {m.frame_s:.3f} s per frame "
+               f"({m.source or 'remembered'})")  # fmt: skip
+    click.echo(f"GPU-hours   {e.gpu_s_on_demand / 3600:.3f} on demand, "
+               f"{e.gpu_s_spot / 3600:.3f} on spot (reclaimed work included)")  # fmt: skip
+    click.echo(f"time        {e.makespan_s / 60:.1f} min on {found.workers} workers")
+    click.echo(f"cost        {money(e.cost_spot)} spot, {money(e.cost_on_demand)} on demand "
+               f"({found.instance_type}, {found.region}, prices of {found.prices_as_of})")  # fmt: skip
+    if found.probe_job:
+        click.echo(f"probe       job {found.probe_job}: {money(found.probe_cost)}, "
+                   f"{found.probe_s:.0f} s (its timings are remembered for this scene)")  # fmt: skip

@@ -1,0 +1,346 @@
+"""Submitting a job: validate, store the scene once, record the job and its chunks, send the chunks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from farm.adapters.settings import Settings
+from farm.adapters.store import Store
+from farm.blender import assets
+from farm.core import cost, keys, limits, versions
+from farm.core.chunking import Measurement, Pool, initial_plan
+from farm.core.errors import FarmError, ObjectMissing, SpecError
+from farm.core.pipeline import first_phase, kind_of, waiting_for
+from farm.core.spec import JobKind, JobSpec
+from farm.core.state import ENDED, ChunkState
+from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
+from farm.ledger import Ledger, speeds
+
+if TYPE_CHECKING:
+    from farm.core.sources import SceneInfo
+
+log = logging.getLogger(__name__)
+
+
+def new_job_id() -> str:
+    """Sortable by submit time, unique without coordination: j-20261202-101500-3fa9c1."""
+    return time.strftime("j-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(3)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submitted:
+    job_id: str
+    source_key: str
+    """The scene (render jobs) or master (transcode jobs) in the store, by content hash."""
+    source_uploaded: bool
+    chunks: int
+    frames: int
+    assets_uploaded: int = 0
+    """Files the scene uses that this submit uploaded (the rest the store held by hash)."""
+    assets_reused: int = 0
+    assets_bytes_uploaded: int = 0
+
+
+def submit(
+    settings: Settings,
+    spec: JobSpec,
+    source: Path,
+    traced: assets.Traced | None = None,
+    *,
+    priority: int = DEFAULT_PRIORITY,
+    max_cost: float | None = None,
+) -> Submitted:
+    """Everything past validation: nothing here runs until the spec is known to be good.
+    `traced`: the files the scene uses, uploaded by hash beside it, their manifest on the job."""
+    limits.check_chunks(spec.frames.count, spec.chunk_size, settings.max_chunks)
+    ledger = Ledger.from_url(settings.redis_url)
+    ledger.ping()
+    if spec.scene is not None:
+        _check_blender(ledger, spec.scene.blender_version)
+    store = Store.from_settings(settings)
+    store.check()
+    suffix = source.suffix.lower() or ".bin"
+    source_key, digest, uploaded = store.put_content_addressed(
+        source, lambda sha: keys.scene_key(sha, suffix)
+    )
+    job_id = new_job_id()
+    sent = assets.Uploaded(files=0, size_bytes=0, reused=0)
+    if traced is not None:
+        sent = assets.upload(store, traced)
+        manifest_key = keys.assets_manifest_key(job_id)
+        store.put_json(manifest_key, traced.manifest.to_json())
+        spec = replace(spec, assets_key=manifest_key, missing_assets=traced.manifest.missing)
+    render_workers = [n for n, w in ledger.workers().items() if "render" in w.get("queues", [])]
+    pool = Pool(
+        workers=max(len(render_workers), 1),
+        interruption_per_h=settings.spot_interruption_per_h,
+        detect_s=settings.recovery_bound_s,
+        frame_factors=speeds.factors_for(ledger, render_workers),
+        splits=True,  # idle workers split running chunks (farm.core.split)
+    )
+    measured = ledger.measurement(
+        keys.r_measurement(source_key, str(spec.resolution), spec.samples)
+    )
+    chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
+    limits.check_planned(len(chunks), settings.max_chunks)
+    plan = {**plan, **_control_fields(settings, spec, pool, measured, priority, max_cost)}
+    store.put_json(
+        keys.spec_key(job_id),
+        {
+            "id": job_id,
+            "spec": spec.to_json(),
+            "source_key": source_key,
+            "source_sha256": digest,
+            "chunks": [list(c.frames) for c in chunks],
+            "submitted": time.time(),
+        },
+    )
+    ledger.create_job(job_id=job_id, spec=spec, chunks=chunks, source_key=source_key, plan=plan)
+    dispatch = Dispatcher(make_app(settings), priority_of=lambda _: priority)
+    first = first_phase(spec.kind).phase
+    for chunk in chunks:
+        dispatch.send(first, job_id, chunk.index)
+    log.info("job %s: %d chunks sent", job_id, len(chunks))
+    return Submitted(
+        job_id=job_id,
+        source_key=source_key,
+        source_uploaded=uploaded,
+        chunks=len(chunks),
+        frames=spec.frames.count,
+        assets_uploaded=sent.files,
+        assets_reused=sent.reused,
+        assets_bytes_uploaded=sent.size_bytes,
+    )
+
+
+def _check_blender(ledger: Ledger, saved: str) -> None:
+    """Refuse (exit 2) a scene no live render worker's Blender can open, saying which it needs."""
+    workers = [
+        tuple(info["blender_file_version"])
+        for info in ledger.workers().values()
+        if "render" in info.get("queues", []) and info.get("blender_file_version")
+    ]
+    reason = versions.refusal(versions.parse_version(saved), workers)
+    if reason:
+        raise SpecError(f"{reason}; add workers with that Blender, or save the scene with it")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reopened:
+    waiting: list[int]
+    """The chunks that wait for work now (queued, interrupted, or remade)."""
+    remade: dict[int, str]
+    """Done chunks queued again, with why: their segment is gone from the store."""
+
+
+def reopen(
+    settings: Settings,
+    job_id: str,
+    *,
+    every_unfinished: bool,
+    fixed: tuple[Path, SceneInfo, assets.Traced] | None = None,
+) -> Reopened:
+    """`farm retry`: back to running, with a fixed scene if given, and every waiting chunk sent
+    again (a duplicate message is harmless: only one claim can win). A done chunk whose segment
+    is gone from the store (expired by a lifecycle rule, deleted), which no stitch could join, is
+    made again: its stored frames are reused, the rest rendered. `fixed`: the scene, its settings
+    as read and its trace (farm.cli.submit.trace_fixed_scene)."""
+    ledger = Ledger.from_url(settings.redis_url)
+    job = ledger.job_or_fail(job_id)
+    # Again, before the scene changes: the job may have moved since the CLI's check_retry.
+    _check_retry(ledger, job, every_unfinished=every_unfinished, scene=fixed is not None)
+    if fixed is not None:
+        _replace_scene(settings, ledger, job, *fixed)
+    gone = unjoinable_chunks(Store.from_settings(settings), ledger, job_id)
+    # A render chunk is encoded again from its stored frames (the encode hands it back to be
+    # rendered where they are gone too); a transcode chunk is transcoded again.
+    remake_to = ChunkState.RENDERED if kind_of(job) is JobKind.RENDER else ChunkState.QUEUED
+    remade = {i: why for i, why in gone.items() if ledger.remake_chunk(job_id, i, why, remake_to)}
+    waiting = ledger.reopen_job(job_id, every_unfinished=every_unfinished)
+    dispatch = Dispatcher(make_app(settings))
+    kind = kind_of(job)
+    for chunk in ledger.chunks(job_id):
+        phase = waiting_for(kind, chunk.get("state", ""))
+        if phase is not None:
+            dispatch.send(phase.phase, job_id, int(chunk["index"]))
+    if ledger.try_start_stitch(job_id):
+        dispatch.stitch(job_id)
+    return Reopened(waiting=sorted({*waiting, *remade}), remade=remade)
+
+
+def unjoinable_chunks(store: Store, ledger: Ledger, job_id: str) -> dict[int, str]:
+    """The done chunks whose segment the stitch cannot read as their manifest describes it
+    (the manifest or the segment gone from the store, or another size), with why. Read 16 at a
+    time: a long job's thousand chunks are a few seconds of HEADs, not minutes."""
+    done = [int(c["index"]) for c in ledger.chunks(job_id) if c.get("state") == ChunkState.DONE]
+
+    def why(index: int) -> str:
+        try:
+            segment = store.get_json(keys.manifest_key(job_id, index))["segment"]
+            key, size, etag = str(segment["key"]), int(segment["size"]), segment.get("etag", "")
+        except ObjectMissing:
+            return "its manifest is gone from the store"
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return "its manifest in the store cannot be read"
+        found = store.head(key)
+        if found is None:
+            return "its segment is gone from the store"
+        if found[0] != size:
+            return f"its segment is {found[0]} bytes where its manifest says {size}"
+        if etag and found[1] != etag:  # the stitch copies only the very bytes it names
+            return "its segment in the store is not the one its manifest names (another ETag)"
+        return ""
+
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="segment-check") as pool:
+        found = dict(zip(done, pool.map(why, done), strict=True))
+    return {index: text for index, text in found.items() if text}
+
+
+def check_retry(settings: Settings, job_id: str, *, every_unfinished: bool, scene: bool) -> None:
+    """Refuse a retry before anything is read or uploaded for it (a fixed scene's trace hashes
+    every file it uses): the job's state, and a scene only for a render job."""
+    ledger = Ledger.from_url(settings.redis_url)
+    _check_retry(ledger, ledger.job_or_fail(job_id), every_unfinished=every_unfinished, scene=scene)
+
+
+def _check_retry(
+    ledger: Ledger, job: dict[str, str], *, every_unfinished: bool, scene: bool
+) -> None:
+    ledger.check_reopen(job["id"], every_unfinished=every_unfinished)
+    if scene and kind_of(job) is not JobKind.RENDER:
+        raise SpecError(
+            f"job {job['id']} is a {kind_of(job)} job: --scene replaces a render job's .blend"
+        )
+
+
+def _replace_scene(
+    settings: Settings, ledger: Ledger, job: dict[str, str], scene: Path, info: SceneInfo,
+    traced: assets.Traced,
+) -> None:  # fmt: skip
+    """The render job's scene from now on, with the files it uses (_check_retry first): refused
+    for a Blender no worker has, a size or frame rate the job's frames were not made at, or a
+    file missing that the job did not allow missing."""
+    job_id = job["id"]
+    spec = JobSpec.from_json(json.loads(job["spec"]))
+    _check_blender(ledger, info.blender_version)
+    _check_same_video(job_id, spec, info)
+    new = sorted(set(traced.manifest.missing) - set(spec.missing_assets))
+    if new:
+        names = "\n  ".join(new)
+        raise SpecError(
+            f"{len(new)} file(s) the fixed scene uses are missing on this machine:\n  {names}\n"
+            "fix the paths in the scene (File > External Data > Find Missing Files) and retry"
+        )
+    store = Store.from_settings(settings)
+    # Every byte stored before the job names any of it: a failed upload leaves the job as it was.
+    source_key, _, _ = store.put_content_addressed(scene, lambda sha: keys.scene_key(sha, ".blend"))
+    if spec.assets_key:  # the job's tree is laid out from its manifest: the fixed scene's now
+        assets.upload(store, traced)
+        store.put_json(spec.assets_key, traced.manifest.to_json())
+    ledger.replace_source(job_id, source_key)
+
+
+def _check_same_video(job_id: str, spec: JobSpec, info: SceneInfo) -> None:
+    """The job's video is one size and one rate: a fixed scene whose own size or rate differs
+    (where the job took the scene's, not a flag's) would render frames its segments cannot join
+    with, or play at a rate it was not made for. Such a scene is a new job."""
+    if spec.scene is None:
+        return  # a job from before scenes were read: the spec's size and rate are applied
+    size = "x".join(map(str, info.render_size)), "x".join(map(str, spec.scene.render_size))
+    rate = f"{float(info.rate):g} fps", f"{float(spec.scene.rate):g} fps"
+    differs = (("renders at", "resolution", *size), ("plays at", "fps", *rate))
+    changed = [
+        f"{what} {now} (the job's: {was})"
+        for what, name, now, was in differs
+        if name not in spec.overrides and now != was
+    ]
+    if changed:
+        raise SpecError(
+            f"the fixed scene {' and '.join(changed)}; job {job_id}'s video is joined from frames "
+            "made as the job's: set the scene back, or submit it as a new job"
+        )
+
+
+def _control_fields(
+    settings: Settings,
+    spec: JobSpec,
+    pool: Pool,
+    measured: Measurement | None,
+    priority: int,
+    max_cost: float | None,
+) -> dict[str, str]:
+    """Priority, budget and, from a remembered measurement, the expected cost per frame the
+    budget uses until the job's own frames say what they cost."""
+    fields = {
+        "priority": str(priority),
+        "max_cost": str(settings.max_cost if max_cost is None else max_cost),
+    }
+    if measured is not None:
+        price = cost.load_prices(settings.price_file).price(
+            settings.region, settings.local_instance_type
+        )
+        est = cost.estimate(
+            frames=spec.frames.count, chunk_size=spec.chunk_size, m=measured, pool=pool,
+            price=price,
+        )  # fmt: skip
+        fields["est_cost_per_frame"] = f"{est.cost_per_frame_on_demand:.9f}"
+    return fields
+
+
+def resend_waiting(settings: Settings, ledger: Ledger, job_id: str) -> int:
+    """Send again every chunk that waits for a phase (at the job's priority now), and open the
+    completion gate if every chunk is done. A duplicate message is harmless: one claim wins."""
+    dispatch = Dispatcher(make_app(settings), priority_of=ledger.priority)
+    kind = kind_of(ledger.job(job_id))
+    sent = 0
+    for chunk in ledger.chunks(job_id):
+        phase = waiting_for(kind, chunk.get("state", ""))
+        if phase is not None:
+            dispatch.send(phase.phase, job_id, int(chunk["index"]))
+            sent += 1
+    if ledger.try_start_stitch(job_id):
+        dispatch.stitch(job_id)
+    return sent
+
+
+def pause(settings: Settings, job_id: str, reason: str = "paused by a user") -> str:
+    """No new chunk starts; running ones finish. Returns the state the job was in."""
+    ledger = Ledger.from_url(settings.redis_url)
+    ledger.job_or_fail(job_id)
+    move = ledger.pause_job(job_id, reason)
+    if not move.moved and move.status != "same":
+        raise FarmError(f"job {job_id} is {move.previous}; only queued or running jobs pause")
+    return move.previous
+
+
+def resume(
+    settings: Settings, job_id: str, max_cost: float | None = None
+) -> tuple[int, cost.Spend]:
+    """Back to running (with a new budget if given) and every waiting chunk sent again.
+    Returns the chunks sent and the job's spend (over_budget: it will pause again at once)."""
+    ledger = Ledger.from_url(settings.redis_url)
+    ledger.job_or_fail(job_id)
+    move = ledger.resume_job(job_id, max_cost)
+    if not move.moved:
+        raise FarmError(f"job {job_id} is {move.previous}; only paused jobs resume")
+    return resend_waiting(settings, ledger, job_id), ledger.spend(job_id)
+
+
+def reprioritize(settings: Settings, job_id: str, priority: int) -> int:
+    """`farm priority`: the job's waiting chunks are sent again at the new priority (the old
+    messages, when they come up, find their chunk claimed or still waiting; either is fine)."""
+    ledger = Ledger.from_url(settings.redis_url)
+    job = ledger.job_or_fail(job_id)
+    if job.get("state") in ENDED:
+        raise FarmError(f"job {job_id} is {job['state']}: it has no chunk left to run")
+    ledger.set_priority(job_id, priority)
+    if job.get("state") not in ("queued", "running"):
+        return 0  # paused: its chunks are sent at the new priority when it resumes
+    return resend_waiting(settings, ledger, job_id)

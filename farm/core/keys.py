@@ -1,0 +1,175 @@
+"""Every S3 key and Redis key the farm uses, in one place (pure).
+
+S3 is the durable record: a job can be rebuilt from what lies under `jobs/{job_id}/`.
+"""
+
+from __future__ import annotations
+
+REDIS_PREFIX = "farm"
+
+
+# ── S3 ────────────────────────────────────────────────────────────────────────────────────────
+def scene_key(sha256: str, suffix: str = ".blend") -> str:
+    """Scenes and masters are content-addressed: the same bytes are stored once."""
+    return f"scenes/{sha256}{suffix}"
+
+
+def asset_key(sha256: str) -> str:
+    """Files a scene uses (textures, libraries, caches) are content-addressed like scenes: a second
+    job, or one texture changed, uploads only bytes the store does not hold."""
+    return f"assets/{sha256}"
+
+
+def assets_manifest_key(job_id: str) -> str:
+    """The job's asset manifest (farm.blender.assets): each file's path in the scene's tree and hash."""
+    return f"jobs/{job_id}/assets.json"
+
+
+def job_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}/"
+
+
+def spec_key(job_id: str) -> str:
+    return f"jobs/{job_id}/spec.json"
+
+
+def frame_key(job_id: str, frame: int, ext: str = "png") -> str:
+    """Frames are keyed by frame number, not by chunk: a re-run writes the same keys."""
+    return f"jobs/{job_id}/frames/{frame:06d}.{ext}"
+
+
+def thumb_key(job_id: str, frame: int) -> str:
+    """A small JPEG of the frame, made by the worker that uploaded it, for the job page."""
+    return f"jobs/{job_id}/thumbs/{frame:06d}.jpg"
+
+
+def master_key(job_id: str, name: str) -> str:
+    """A rendered frame in the scene's own output format (`frame_000012.exr`), kept as rendered."""
+    return f"jobs/{job_id}/masters/{name}"
+
+
+def file_output_key(job_id: str, path: str) -> str:
+    """A file a File Output node of the scene wrote (`Depth/Image0012.exr`), laid out as the
+    scene's nodes name it; its name carries the frame number, as Blender writes it."""
+    return f"jobs/{job_id}/file_output/{path}"
+
+
+def file_outputs_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}/file_output/"
+
+
+def segment_key(job_id: str, chunk: int, claim: int, ext: str = "mp4") -> str:
+    """One name per claim of the chunk, recorded in its manifest: an attempt that lost its lease
+    and uploads late writes beside the newer attempt's segment, never over it."""
+    return f"jobs/{job_id}/segments/{chunk:05d}-claim{claim}.{ext}"
+
+
+def manifest_key(job_id: str, chunk: int) -> str:
+    """Written last: a chunk is done when its manifest exists and verifies."""
+    return f"jobs/{job_id}/manifests/{chunk:05d}.json"
+
+
+def log_key(job_id: str, chunk: int, attempt: int, phase: str) -> str:
+    return f"jobs/{job_id}/logs/{chunk:05d}-{phase}-attempt{attempt}.log"
+
+
+def output_key(job_id: str, ext: str = "mp4") -> str:
+    return f"jobs/{job_id}/output.{ext}"
+
+
+# ── Redis ─────────────────────────────────────────────────────────────────────────────────────
+def r_live_jobs() -> str:
+    """Jobs not yet ended, by submit time: what the reconciler watches, however many jobs the
+    farm has had (Ledger.live_job_ids drops the ended ones as it meets them)."""
+    return f"{REDIS_PREFIX}:jobs:live"
+
+
+def r_live_jobs_seeded() -> str:
+    """Set once the live set holds every job recorded before it existed."""
+    return f"{REDIS_PREFIX}:jobs:live:seeded"
+
+
+def r_jobs() -> str:
+    """Sorted set of job ids scored by submit time."""
+    return f"{REDIS_PREFIX}:jobs"
+
+
+def r_wake(worker: str) -> str:
+    """Pub/sub channel: "job_id chunk" for a chunk of this worker's that another one split, so
+    its lease keeper hears at once instead of at its next renewal."""
+    return f"{REDIS_PREFIX}:wake:{worker}"
+
+
+def r_job(job_id: str) -> str:
+    """Hash: the job's state, spec, counters and timings."""
+    return f"{REDIS_PREFIX}:job:{job_id}"
+
+
+def r_chunk(job_id: str, chunk: int) -> str:
+    """Hash: one chunk's state, attempt, lease and timings."""
+    return f"{REDIS_PREFIX}:chunk:{job_id}:{chunk}"
+
+
+def r_frames(job_id: str) -> str:
+    """Hash: frame number -> "size:sha256" of the frame verified in the store."""
+    return f"{REDIS_PREFIX}:frames:{job_id}"
+
+
+def r_renders(job_id: str) -> str:
+    """Hash: frame number -> how many times it was rendered and stored (1 unless work was lost)."""
+    return f"{REDIS_PREFIX}:renders:{job_id}"
+
+
+def r_blocklist(job_id: str) -> str:
+    """Hash: worker name -> permanent failures on this job."""
+    return f"{REDIS_PREFIX}:blocklist:{job_id}"
+
+
+def r_leases() -> str:
+    """Sorted set of "job_id:chunk" scored by lease expiry (unix seconds)."""
+    return f"{REDIS_PREFIX}:leases"
+
+
+def r_events(job_id: str) -> str:
+    """List of JSON events for `farm watch` and post-mortems."""
+    return f"{REDIS_PREFIX}:events:{job_id}"
+
+
+def r_workers() -> str:
+    """Hash: worker name -> JSON heartbeat (queues, devices, last seen)."""
+    return f"{REDIS_PREFIX}:workers"
+
+
+def r_outbox() -> str:
+    """Sorted set of webhook notices (JSON) scored by when each is next due (farm.outbox)."""
+    return f"{REDIS_PREFIX}:outbox"
+
+
+def r_notice_once(job_id: str, event: str, stamp: str) -> str:
+    """String with a TTL: this job event was put in the outbox once already."""
+    return f"{REDIS_PREFIX}:noticed:{job_id}:{event}:{stamp}"
+
+
+def r_measurement(scene_key: str, resolution: str, samples: int) -> str:
+    """Hash: Blender start-up and frame time measured for this scene at this size and samples."""
+    return f"{REDIS_PREFIX}:measure:{scene_key}:{resolution}:{samples}"
+
+
+def r_cost(job_id: str) -> str:
+    """Hash: the job's metered GPU-seconds and dollars (all, wasted, start-up; per instance type
+    and lifecycle), added to by every attempt's end (farm.ledger.lua)."""
+    return f"{REDIS_PREFIX}:cost:{job_id}"
+
+
+def r_attempts(job_id: str) -> str:
+    """List of JSON records, one per ended attempt: chunk, phase, seconds, dollars, instance."""
+    return f"{REDIS_PREFIX}:attempts:{job_id}"
+
+
+def lease_member(job_id: str, chunk: int) -> str:
+    return f"{job_id}:{chunk}"
+
+
+def parse_lease_member(member: str) -> tuple[str, int]:
+    job_id, _, chunk = member.rpartition(":")
+    return job_id, int(chunk)

@@ -1,0 +1,268 @@
+"""How a job looks to a person: the status summary, the progress bar and the tables (rich)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.segment import Segment
+from rich.table import Table
+
+from farm.core.cost import money
+from farm.core.pipeline import running_states
+from farm.core.state import ENDED
+
+
+def _f(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters (but newline and tab) written out as `\\x1b`: a
+    scene's object names, paths and Blender's errors reach a terminal through logs, errors and
+    views, and an escape sequence in one would move the cursor, rewrite what is shown or set the
+    clipboard of whoever reads it."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class Printable:
+    """A renderable drawn with its text through `printable`: for a live view (farm watch),
+    whose frames go straight to the terminal, not through to_text."""
+
+    def __init__(self, inner: RenderableType) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.inner, options):
+            yield Segment(printable(segment.text), segment.style, segment.control)
+
+
+def chunk_summary(chunk: dict[str, str]) -> dict[str, Any]:
+    frames = json.loads(chunk.get("frames", "[]"))
+    started, finished = _f(chunk.get("started")), _f(chunk.get("finished"))
+    return {
+        "index": int(chunk.get("index", 0)),
+        "state": chunk.get("state", ""),
+        "frames": f"{frames[0]}-{frames[-1]}" if frames else "",
+        "frame_count": len(frames),
+        "frames_rendered": int(chunk.get("frames_rendered", 0) or 0),
+        "worker": chunk.get("worker", ""),
+        "attempt": int(chunk.get("attempt", 0) or 0),
+        "failures": int(chunk.get("failures", 0) or 0),
+        "interruptions": int(chunk.get("interruptions", 0) or 0),
+        "duration_s": round(finished - started, 2) if started and finished else None,
+        "render_s": _f(chunk.get("render_s")),
+        "encode_s": _f(chunk.get("encode_s")),
+        "encoder": chunk.get("encoder", ""),
+        "error": chunk.get("error", ""),
+    }
+
+
+def job_summary(
+    job: dict[str, str], chunks: list[dict[str, str]], now: float | None = None
+) -> dict[str, Any]:
+    now = now or time.time()
+    created, finished = _f(job.get("created")), _f(job.get("finished"))
+    elapsed = round((finished or now) - created, 2) if created else None
+    chunk_list = [chunk_summary(c) for c in chunks]
+    running = any(c["state"] in running_states() for c in chunk_list)
+    paused = paused_s(job, finished or now, running=running)
+    spec = json.loads(job.get("spec", "{}"))
+    return {
+        "id": job.get("id", ""),
+        "kind": job.get("kind", ""),
+        "state": job.get("state", ""),
+        "chunks_total": int(job.get("chunks_total", 0)),
+        "chunks_done": int(job.get("chunks_done", 0)),
+        "frames_total": int(job.get("frames_total", 0)),
+        "frames_rendered": sum(min(c["frames_rendered"], c["frame_count"]) for c in chunk_list),
+        "output": job.get("output", ""),
+        "chunk_size": job.get("chunk_size", ""),
+        "chunk_plan": job.get("chunk_plan", ""),
+        "error": job.get("error", ""),
+        "spec": spec,
+        "created": created,
+        "elapsed_s": elapsed,
+        "paused_s": paused,
+        "active_s": None if elapsed is None else round(max(elapsed - paused, 0.0), 2),
+        "first_frame_s": _since(created, job.get("first_frame_at")),
+        "first_thumbnail_s": _since(created, job.get("first_thumbnail_at")),
+        "chunks": chunk_list,
+    }
+
+
+def paused_s(job: dict[str, str], now: float, *, running: bool = False) -> float:
+    """Seconds the job has stood still for a pause: its earlier pauses (the ledger adds each as
+    the job leaves 'paused') and, while paused, the one it is in, each counted from the later of
+    the pause and the end of the last attempt that ran on after it (farm.ledger.lua's _PAUSE).
+    `running`: a chunk still runs, so the pause it is in has not stood the job still yet (none
+    starts during a pause: it has run all along, and the ledger adds nothing if it still runs at
+    the resume)."""
+    total = _f(job.get("paused_s")) or 0.0
+    since = _f(job.get("paused"))
+    if job.get("state") == "paused" and since and not running:
+        total += max(now - max(since, _f(job.get("held_end")) or 0.0), 0.0)
+    return round(total, 2)
+
+
+def _since(created: float | None, at: str | None) -> float | None:
+    """Seconds from submit to `at` (a ledger timestamp), if both are known."""
+    when = _f(at)
+    return round(when - created, 2) if created and when else None
+
+
+def eta_s(summary: dict[str, Any]) -> float | None:
+    """Time to go at the pace so far: the job's time running (paused time left out: a job
+    paused overnight and resumed has not become slower) over the frames it rendered."""
+    done, total = int(summary["frames_rendered"]), int(summary["frames_total"])
+    running = float(summary.get("active_s", summary["elapsed_s"]) or 0)
+    if not done or not running or done >= total or summary["state"] not in ("queued", "running"):
+        return None  # a paused job has no end until someone resumes it; an ended one has ended
+    return running * (total - done) / done
+
+
+def elapsed_text(
+    summary: dict[str, Any], clock: Callable[[float | None], str] | None = None
+) -> str:
+    """'01:05', or '01:05 (paused 00:30)' for a job that was or is paused (`clock`: how a
+    time is written; this module's by default)."""
+    clock = clock or terminal_clock
+    paused = float(summary.get("paused_s") or 0)
+    text = clock(summary["elapsed_s"])
+    return f"{text} (paused {clock(paused)})" if paused >= 1 else text
+
+
+def terminal_clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    seconds = int(seconds)
+    return (
+        f"{seconds // 60:02d}:{seconds % 60:02d}"
+        if seconds < 3600
+        else f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    )
+
+
+def to_text(renderable: RenderableType, width: int = 120) -> str:
+    """What rich draws, as plain text (no colour codes): for pipes, logs and tests."""
+    out = io.StringIO()
+    # markup=False: scene names and error text are the .blend's, and "[/b]" in one is no tag.
+    Console(file=out, width=width, color_system=None, soft_wrap=False, markup=False).print(
+        renderable
+    )
+    return printable("\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines()))
+
+
+def progress_line(summary: dict[str, Any]) -> str:
+    """One line for logs (not a terminal): where the job is, with elapsed time and ETA."""
+    return (
+        f"{summary['state']:<9} chunks {summary['chunks_done']}/{summary['chunks_total']}"
+        f"  frames {summary['frames_rendered']}/{max(summary['frames_total'], 1)}"
+        f"  elapsed {elapsed_text(summary)}  eta {terminal_clock(eta_s(summary))}"
+    )
+
+
+def progress_bar() -> Progress:
+    """The live bar of `submit --wait` on a terminal; `advance(progress, task, summary)` moves it."""
+    return Progress(
+        TextColumn("{task.fields[state]:<9}"),
+        BarColumn(),
+        TextColumn("chunks {task.fields[chunks]}"),
+        TextColumn("frames {task.completed:.0f}/{task.total:.0f}"),
+        TextColumn("elapsed {task.fields[elapsed]}  eta {task.fields[eta]}"),
+        transient=False,
+    )
+
+
+def advance(progress: Progress, task: TaskID, summary: dict[str, Any]) -> None:
+    progress.update(
+        task,
+        total=max(summary["frames_total"], 1),
+        completed=summary["frames_rendered"],
+        state=summary["state"],
+        chunks=f"{summary['chunks_done']}/{summary['chunks_total']}",
+        elapsed=elapsed_text(summary),
+        eta=terminal_clock(eta_s(summary)),
+    )
+
+
+def status_table(summary: dict[str, Any]) -> Group:
+    head = Table.grid(padding=(0, 2))
+    head.add_row(f"job {summary['id']}", summary["kind"], summary["state"])
+    lines: list[RenderableType] = [
+        head,
+        f"chunks {summary['chunks_done']}/{summary['chunks_total']} done, frames "
+        f"{summary['frames_rendered']}/{summary['frames_total']} rendered, elapsed "
+        f"{elapsed_text(summary)}",
+    ]
+    if summary.get("first_frame_s") is not None:
+        first = f"first   frame in the store {summary['first_frame_s']:.1f} s after submit"
+        if summary.get("first_thumbnail_s") is not None:
+            first += f", its thumbnail {summary['first_thumbnail_s']:.1f} s"
+        lines.append(first)
+    if summary["output"]:
+        lines.append(f"output  {summary['output']}")
+    if summary.get("chunk_plan"):
+        lines.append(f"chunk size {summary['chunk_size']}: {summary['chunk_plan']}")
+    if summary.get("cost"):
+        lines.append(cost_line(summary))
+    if summary.get("paused_reason"):
+        lines.append(f"paused  {summary['paused_reason']}")
+    if summary["error"]:
+        lines.append(f"error   {summary['error']}")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name, justify in (("chunk", "right"), ("frames", "left"), ("state", "left"),
+                          ("try", "right"), ("time", "right"), ("worker", "left"),
+                          ("last error", "left")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for c in summary["chunks"]:
+        dur = f"{c['duration_s']:.1f}s" if c["duration_s"] is not None else ""
+        error = c["error"].splitlines()[0][:100] if c["error"] and c["state"] != "done" else ""
+        table.add_row(str(c["index"]), c["frames"], c["state"], str(c["attempt"]), dur,
+                      c["worker"], error)  # fmt: skip
+    lines.append(table)
+    return Group(*lines)
+
+
+def jobs_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name in ("job", "kind", "state", "chunks", "frames", "source", "cost", "wasted"):
+        table.add_column(name, justify="right" if name in ("cost", "wasted") else "left")
+    for row in rows:
+        spent = row.get("cost") or {}
+        table.add_row(row["id"], row["kind"], row["state"],
+                      f"{row['chunks_done']}/{row['chunks_total']}", str(row["frames_total"]),
+                      row["spec"].get("source_name", ""),
+                      money(spent.get("spent", 0.0)), money(spent.get("wasted", 0.0)))  # fmt: skip
+    return table
+
+
+def cost_line(summary: dict[str, Any]) -> str:
+    """`farm status`: spent and wasted; expected to finish (money and time); the budget."""
+    c = summary["cost"]
+    running = f" ({money(c['running'])} of it running now)" if c.get("running") else ""
+    line = (
+        f"cost    {money(c['spent'])} spent{running}, {money(c['wasted'])} wasted "
+        f"({c['wasted_attempts']}/{c['attempts']} attempts), {money(c['startup'])} start-up"
+    )
+    if summary["state"] not in ENDED:  # an ended job has nothing to go
+        line += (
+            f"\nto go   {money(c['expected_to_finish'])} and {terminal_clock(eta_s(summary))} "
+            f"expected, {money(c['expected_total'])} in all"
+        )
+    if c.get("max_cost"):
+        line += f"; budget {money(c['max_cost'])}"
+    return line

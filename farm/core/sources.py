@@ -1,0 +1,124 @@
+"""What a job's source is, as read at submit: a scene as its .blend saved it (farm.blender.blendfile
+reads it) and a video master as ffprobe found it (farm.media.master probes it). Plain values the
+job spec records; reading them is the adapters' work."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+CYCLES_DEFAULT_SAMPLES = 4096
+"""What Cycles renders with (3.0 and later) when the file stores no sample count of its own."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SceneInfo:
+    """The render settings of the scene a .blend file opens with, as saved."""
+
+    scene: str
+    blender_version: str
+    """The Blender release that saved the file, e.g. "4.5" (from the file header)."""
+    frame_start: int
+    frame_end: int
+    frame_step: int
+    fps: int
+    fps_base: float
+    """Blender's frame rate is fps / fps_base: 24 / 1.001 for 23.976."""
+    resolution_x: int
+    resolution_y: int
+    resolution_percentage: int
+    camera: str | None
+    engine: str
+    samples: int | None
+    """Render samples of the scene's engine; None when the file does not store them (Blender's
+    default applies) or the engine has none (Workbench)."""
+    denoising: bool | None
+    """Cycles denoising; None for engines without it."""
+    view_layers: tuple[str, ...]
+    """View layers enabled for rendering."""
+    file_format: str
+    color_depth: str
+    color_mode: str
+    cameras: tuple[str, ...] = ()
+    """Camera objects stored in the file itself (linked ones are not listed)."""
+
+    @property
+    def rate(self) -> Fraction:
+        """The exact frame rate: 24000/1001 for 23.976, not a rounded float."""
+        base = Fraction(self.fps_base).limit_denominator(1001) if self.fps_base > 0 else 1
+        return Fraction(self.fps) / base
+
+    @property
+    def render_size(self) -> tuple[int, int]:
+        """Width and height Blender renders (resolution times percentage), before any rounding."""
+        scale = self.resolution_percentage
+        return self.resolution_x * scale // 100, self.resolution_y * scale // 100
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["view_layers"] = list(self.view_layers)
+        data["cameras"] = list(self.cameras)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SceneInfo:
+        tuples = {name: tuple(data.get(name, ())) for name in ("view_layers", "cameras")}
+        return cls(**{**data, **tuples})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AudioStream:
+    index: int
+    """The stream's index among the master's audio streams (ffmpeg's `a:N`)."""
+    codec: str
+    channels: int
+    sample_rate: int
+    start_s: float
+    duration_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MasterInfo:
+    """What the segments and the stitch need to know about a master, recorded in the job spec."""
+
+    container: str
+    codec: str
+    width: int
+    height: int
+    frame_count: int
+    """Video frames in the master (packets the demuxer does not discard)."""
+    avg_frame_rate: str
+    """The output's constant rate, as an exact fraction: `24000/1001`."""
+    time_base: str
+    start_pts: int
+    """The first video frame's timestamp, in `time_base` units (often not zero)."""
+    format_start_s: float
+    """The earliest timestamp of any stream: what ffmpeg subtracts from every input timestamp."""
+    duration_s: float
+    vfr: bool
+    audio: tuple[AudioStream, ...] = ()
+    seek_pts: tuple[int, ...] = ()
+    """Per segment: the timestamp of a keyframe safely before its first frame (start_pts: none)."""
+
+    @property
+    def rate(self) -> Fraction:
+        return Fraction(self.avg_frame_rate)
+
+    @property
+    def tb(self) -> Fraction:
+        return Fraction(self.time_base)
+
+    @property
+    def start_s(self) -> float:
+        return float(self.start_pts * self.tb)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MasterInfo:
+        audio = tuple(AudioStream(**a) for a in data.get("audio", ()))
+        seek = tuple(int(s) for s in data.get("seek_pts", ()))
+        rest = {k: v for k, v in data.items() if k not in ("audio", "seek_pts")}
+        return cls(audio=audio, seek_pts=seek, **rest)

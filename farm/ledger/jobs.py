@@ -1,0 +1,257 @@
+"""A job's record in the ledger: created, moved between states, planned, paused, prioritised
+and priced against its budget."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from farm.core import cost, keys
+from farm.core.pipeline import job_sources_of
+from farm.core.plan import Chunk
+from farm.core.spec import JobSpec
+from farm.core.state import ChunkState, JobState
+from farm.ledger.base import Move, wrapped
+from farm.ledger.outbox import Outbox
+
+log = logging.getLogger(__name__)
+
+EARLY_UPLOAD = "early_upload"
+"""The job field that names the upload its segments are copied into as they are made
+(workers.phases.s3join.copy_early)."""
+EARLY_PART = "early_part"
+"""The chunk field that says which part its segment was copied into: number, the part's ETag,
+the segment's ETag, and the samples' offset and length."""
+
+_FIELD_ONCE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return '' end
+if ARGV[2] ~= '' then redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) end
+return redis.call('HGET', KEYS[1], ARGV[1]) or ''
+"""
+
+_REMAKE = """
+local jstate = redis.call('HGET', KEYS[2], 'state')
+if jstate ~= ARGV[1] and jstate ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], 'state') ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[4], 'failures', 0, 'lost_leases', 0,
+  'interruptions', 0, 'transients', 0, 'error', '', 'finished', '', 'updated', ARGV[5])
+redis.call('HDEL', KEYS[1], ARGV[7])  -- its part in the early upload is no longer right
+redis.call('HINCRBY', KEYS[2], 'chunks_done', -1)
+if redis.call('RPUSH', KEYS[3], ARGV[6]) > 5000 then redis.call('LTRIM', KEYS[3], -5000, -1) end
+return 1
+"""
+
+_FORGET_EARLY = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= ARGV[2] and state ~= ARGV[3] then return 0 end
+if redis.call('HGET', KEYS[1], ARGV[4]) ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[4])
+for i = 2, #KEYS do redis.call('HDEL', KEYS[i], ARGV[5]) end
+return 1
+"""
+
+
+class JobRecords(Outbox):
+    """Whole-job moves and fields; every move that lands announces itself (Outbox)."""
+
+    def create_job(
+        self,
+        *,
+        job_id: str,
+        spec: JobSpec,
+        chunks: Iterable[Chunk],
+        source_key: str,
+        plan: dict[str, str] | None = None,
+    ) -> None:
+        """`plan`: chunk_size, chunk_plan (why) and, for an auto-sized job still probing,
+        plan_pending=1, which keeps the completion gate shut until `plan_rest` adds the rest."""
+        chunk_list = list(chunks)
+        now = time.time()
+        with wrapped("record the job"):
+            pipe = self.r.pipeline(transaction=True)
+            pipe.hset(
+                keys.r_job(job_id),
+                mapping={
+                    "id": job_id,
+                    "kind": str(spec.kind),
+                    "state": str(JobState.QUEUED),
+                    "spec": json.dumps(spec.to_json()),
+                    "source_key": source_key,
+                    "chunks_total": len(chunk_list),
+                    "chunks_done": 0,
+                    "frames_total": spec.frames.count,
+                    "created": now,
+                    "error": "",
+                    "output": "",
+                    **(plan or {}),
+                },
+            )
+            for chunk in chunk_list:
+                pipe.hset(
+                    keys.r_chunk(job_id, chunk.index),
+                    mapping={
+                        "index": chunk.index,
+                        "state": str(ChunkState.QUEUED),
+                        "frames": json.dumps(list(chunk.frames)),
+                        "frame_count": len(chunk.frames),
+                        "attempt": 0,
+                        "failures": 0,
+                        "interruptions": 0,
+                        "token": "",
+                        "worker": "",
+                        "error": "",
+                    },
+                )
+            pipe.zadd(keys.r_jobs(), {job_id: now})
+            pipe.zadd(keys.r_live_jobs(), {job_id: now})  # after its record: read, it is whole
+            pipe.execute()
+        self.event(job_id, "submitted", chunks=len(chunk_list), frames=spec.frames.count)
+
+    def move_job(self, job_id: str, target: JobState, **fields: Any) -> Move:
+        sources = ",".join(job_sources_of(target))
+        with wrapped(f"move job {job_id} to {target}"):
+            status, previous = self._job_move(
+                keys=[keys.r_job(job_id), keys.r_leases()],
+                args=[str(target), sources, json.dumps(fields), time.time(), job_id],
+            )
+        if status == "ok":
+            self.event(job_id, f"job-{target}", **fields)
+            self.announce(job_id, target)  # webhooks; never raises
+        return Move(status=status, previous=previous, target=str(target))
+
+    def replace_source(self, job_id: str, source_key: str) -> None:
+        """`farm retry --scene`: the job's remaining chunks render the fixed scene."""
+        with wrapped("replace the scene"):
+            self.r.hset(keys.r_job(job_id), "source_key", source_key)
+        self.event(job_id, "scene-replaced", source_key=source_key)
+
+    def plan_rest(
+        self, job_id: str, *, after: int, chunks: list[Chunk], chunk_size: int, reason: str
+    ) -> bool:
+        """Add an auto-sized job's remaining chunks once (true for the one caller that did).
+        `after` is the number of chunks planned so far; the new ones must be numbered from it."""
+        if any(c.index != after + i for i, c in enumerate(chunks)):
+            raise ValueError("the rest of the plan must be numbered after the probe chunks")
+        with wrapped("plan the rest of the job"):
+            won = bool(
+                self._plan_rest(
+                    keys=[keys.r_job(job_id), *(keys.r_chunk(job_id, c.index) for c in chunks)],
+                    args=[
+                        time.time(),
+                        chunk_size,
+                        reason,
+                        json.dumps([list(c.frames) for c in chunks]),
+                        after,
+                    ],
+                )
+            )
+        if won:
+            self.event(job_id, "planned", chunk_size=chunk_size, chunks=len(chunks), reason=reason)
+        return won
+
+    def bump_job(self, job_id: str, counter: str) -> int:
+        """Add one to a job's counter (the stitch's transient retries); returns the new count."""
+        with wrapped(f"count {counter}"):
+            value: int = self.r.hincrby(keys.r_job(job_id), counter, 1)
+        return value
+
+    def job_field_once(self, job_id: str, field: str, value: str) -> str:
+        """The job's `field`, set to `value` first where it has none and `value` is not empty:
+        of workers racing to set it, all get the first one's. '' for a job that is gone."""
+        with wrapped(f"set the job's {field}"):
+            found = self.r.eval(_FIELD_ONCE, 1, keys.r_job(job_id), field, value)
+        return str(found or "")
+
+    def forget_early_upload(self, job_id: str, upload_id: str) -> bool:
+        """Forget the job's early upload, aborted in the store, and its chunks' parts in it: only
+        while the job has failed or was cancelled and still names that upload (a retry begins
+        anew). True when forgotten."""
+        with wrapped("forget the job's early upload"):
+            # Read outside the script: a failed or cancelled job is never split, so it holds still.
+            total = int(self.r.hget(keys.r_job(job_id), "chunks_total") or 0)
+            chunk_keys = [keys.r_chunk(job_id, i) for i in range(total)]
+            forgot = self.r.eval(
+                _FORGET_EARLY, 1 + total, keys.r_job(job_id), *chunk_keys, upload_id,
+                JobState.FAILED, JobState.CANCELLED, EARLY_UPLOAD, EARLY_PART,
+            )  # fmt: skip
+        return bool(forgot)
+
+    def remake_chunk(self, job_id: str, index: int, why: str, target: ChunkState) -> bool:
+        """A done chunk moved back to `target` (rendered: its frames are encoded again; queued),
+        its budget fresh and the job's done count one less, while
+        the job has failed or was cancelled (`farm retry`: its segment is gone from the store,
+        so the stitch could never join it). True when it moved; a running job is never
+        touched: its chunks are the workers'."""
+        entry = json.dumps(
+            {"t": round(time.time(), 3), "event": "chunk-remade", "chunk": index, "why": why}
+        )
+        with wrapped(f"make chunk {index} again"):
+            moved = self.r.eval(
+                _REMAKE, 3, keys.r_chunk(job_id, index), keys.r_job(job_id), keys.r_events(job_id),
+                JobState.FAILED, JobState.CANCELLED, ChunkState.DONE, target,
+                f"{time.time():.3f}", entry, EARLY_PART,
+            )  # fmt: skip
+        return bool(moved)
+
+    def cost_record(self, job_id: str) -> dict[str, str]:
+        """The job's metered cost hash (see cost.job_cost)."""
+        with wrapped("read the job's cost"):
+            raw: dict[str, str] = self.r.hgetall(keys.r_cost(job_id))
+        return raw
+
+    def attempt_records(self, job_id: str) -> list[dict[str, Any]]:
+        """One record per ended attempt: chunk, phase, seconds, dollars, instance, how it ended."""
+        with wrapped("read attempt records"):
+            raw: list[str] = self.r.lrange(keys.r_attempts(job_id), 0, -1)
+        return [json.loads(e) for e in raw]
+
+    def frames_done(self, job_id: str, job: dict[str, str] | None = None) -> int:
+        """Frames kept so far: verified frames of a render job, else done chunks' share."""
+        job = job if job is not None else self.job(job_id)
+        with wrapped("count frames"):
+            frames = int(self.r.hlen(keys.r_frames(job_id)))
+        total, chunks = int(job.get("frames_total", 0)), int(job.get("chunks_total", 0) or 0)
+        by_chunks = int(job.get("chunks_done", 0)) * total // chunks if chunks else 0
+        return min(max(frames, by_chunks), total)
+
+    def spend(self, job_id: str, job: dict[str, str] | None = None) -> cost.Spend:
+        job = job if job is not None else self.job(job_id)
+        return cost.spend_of(
+            job, cost.job_cost(self.cost_record(job_id)), self.frames_done(job_id, job)
+        )
+
+    def enforce_budget(self, job_id: str) -> bool:
+        """Before a claim: pause the job (true) when spent plus expected to finish would pass
+        its budget, so the claim is refused and no new chunk starts."""
+        with wrapped("read the job's budget"):
+            max_cost, state = self.r.hmget(keys.r_job(job_id), "max_cost", "state")
+        if float(max_cost or 0) <= 0 or state not in (JobState.QUEUED, JobState.RUNNING):
+            return False  # one read per claim for jobs without a budget
+        spend = self.spend(job_id)
+        if not spend.over_budget:
+            return False
+        return self.pause_job(job_id, reason=spend.budget_reason(job_id)).moved
+
+    def pause_job(self, job_id: str, reason: str) -> Move:
+        """No new chunk starts; running ones finish (their leases renew), frames are kept."""
+        return self.move_job(job_id, JobState.PAUSED, paused_reason=reason, paused=time.time())
+
+    def resume_job(self, job_id: str, max_cost: float | None = None) -> Move:
+        fields: dict[str, Any] = {"paused_reason": "", "paused": ""}
+        if max_cost is not None:
+            fields["max_cost"] = max_cost
+        return self.move_job(job_id, JobState.RUNNING, **fields)
+
+    def priority(self, job_id: str) -> int:
+        """The job's priority, 0..100, higher first (50 when unset or unknown)."""
+        with wrapped("read the job's priority"):
+            value = self.r.hget(keys.r_job(job_id), "priority")
+        return int(value) if value else 50
+
+    def set_priority(self, job_id: str, priority: int) -> None:
+        with wrapped("set the job's priority"):
+            self.r.hset(keys.r_job(job_id), "priority", priority)
+        self.event(job_id, "priority", priority=priority)

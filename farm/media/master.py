@@ -1,0 +1,164 @@
+"""Video masters for encode jobs: what ffprobe says about one, checked at submit (parsing is pure).
+
+The stitch needs the master's frame count, rate, time base and start; the segments need seek points.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from itertools import pairwise
+from pathlib import Path
+
+import ffmpeg
+
+from farm.adapters import proc
+from farm.core.errors import SpecError
+from farm.core.sources import AudioStream, MasterInfo
+from farm.media import probe
+from farm.media.probe import video_streams
+
+VFR_TOLERANCE = Fraction(1, 4)
+"""A frame interval further than this share of a frame from the average one means VFR."""
+STANDARD_RATES = tuple(Fraction(b * 1000, 1001) for b in (24, 30, 48, 60, 120)) + tuple(
+    Fraction(r) for r in (24, 25, 30, 48, 50, 60, 100, 120)
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probed:
+    info: MasterInfo
+    keyframes_pts: tuple[int, ...] = field(default=())
+
+
+def output_rate(avg: Fraction, vfr: bool, frames: int, duration: Fraction) -> Fraction:
+    """The constant rate of the output: the master's average, snapped to a broadcast rate when it
+    is within 0.1% of one (VFR masters average to near-misses like 23.97)."""
+    rate = avg if avg > 0 else (Fraction(frames) / duration if duration > 0 else Fraction(0))
+    if vfr and duration > 0:
+        rate = Fraction(frames) / duration
+    for standard in STANDARD_RATES:
+        if abs(rate - standard) / standard < Fraction(1, 1000):
+            return standard
+    return rate.limit_denominator(1001)
+
+
+def parse_packets(csv: str) -> tuple[list[int], list[int], int]:
+    """`pts,duration,flags` lines of the video stream -> (sorted pts, keyframe pts, last duration).
+
+    Packets the demuxer marks D (discard, e.g. cut by an edit list) are not frames of the master.
+    """
+    pts: list[int] = []
+    keyframes: list[int] = []
+    last_duration = 0
+    for line in csv.splitlines():
+        parts = line.strip().split(",")
+        if len(parts) < 3 or "D" in parts[2] or parts[0] in ("", "N/A"):
+            continue
+        value = int(parts[0])
+        pts.append(value)
+        if "K" in parts[2]:
+            keyframes.append(value)
+        if parts[1] not in ("", "N/A"):
+            last_duration = int(parts[1])
+    pts.sort()
+    return pts, sorted(keyframes), last_duration
+
+
+def parse_master(name: str, streams_json: str, packets_csv: str) -> Probed:
+    """Turn ffprobe's answers into a MasterInfo, or a SpecError that says what is wrong."""
+    data = json.loads(streams_json or "{}")
+    streams = data.get("streams") or []
+    fmt = data.get("format") or {}
+    video = video_streams(data)
+    if not video:
+        kinds = sorted({str(s.get("codec_type")) for s in streams}) or ["nothing"]
+        raise SpecError(f"{name}: has no video stream (it holds {', '.join(kinds)})")
+    stream = video[0]
+    pts, keyframes, last_duration = parse_packets(packets_csv)
+    if not pts:
+        raise SpecError(f"{name}: its video stream has no frames")
+    tb = Fraction(stream.get("time_base") or "1/1")
+    avg = _fraction(stream.get("avg_frame_rate"))
+    deltas = [b - a for a, b in pairwise(pts)]
+    if avg <= 0 and deltas:
+        avg = 1 / (Fraction(sum(deltas), len(deltas)) * tb)
+    expected = 1 / (avg * tb) if avg > 0 else Fraction(last_duration or 1)
+    vfr = any(abs(d - expected) > expected * VFR_TOLERANCE for d in deltas)
+    tail = last_duration or (deltas[-1] if deltas else expected)
+    duration = (pts[-1] + tail - pts[0]) * tb
+    rate = output_rate(avg, vfr, len(pts), duration)
+    if rate <= 0:
+        raise SpecError(f"{name}: ffprobe finds no frame rate for its video stream")
+    audio = tuple(
+        AudioStream(
+            index=n,
+            codec=str(s.get("codec_name", "")),
+            channels=int(s.get("channels") or 0),
+            sample_rate=int(s.get("sample_rate") or 0),
+            start_s=float(s.get("start_time") or 0.0),
+            duration_s=float(s["duration"]) if s.get("duration") not in (None, "N/A") else None,
+        )
+        for n, s in enumerate(x for x in streams if x.get("codec_type") == "audio")
+    )
+    info = MasterInfo(
+        container=str(fmt.get("format_name", "")),
+        codec=str(stream.get("codec_name", "")),
+        width=int(stream.get("width") or 0),
+        height=int(stream.get("height") or 0),
+        frame_count=len(pts) if not vfr else max(1, round(duration * rate)),
+        avg_frame_rate=f"{rate.numerator}/{rate.denominator}",
+        time_base=f"{tb.numerator}/{tb.denominator}",
+        start_pts=pts[0],
+        format_start_s=float(fmt.get("start_time") or pts[0] * tb),
+        duration_s=float(duration),
+        vfr=vfr,
+        audio=audio,
+    )
+    return Probed(info=info, keyframes_pts=tuple(keyframes or pts[:1]))
+
+
+def seek_points(probed: Probed, segment_frames: int) -> MasterInfo:
+    """For each segment, the keyframe one before the last keyframe at or before its first frame:
+    a master with open GOPs needs a whole GOP decoded ahead of the frames it keeps."""
+    info = probed.info
+    seeks = []
+    for first in range(0, info.frame_count, segment_frames):
+        target = info.start_pts + Fraction(first) / info.rate / info.tb
+        before = [k for k in probed.keyframes_pts if k <= target]
+        seeks.append(before[-2] if len(before) >= 2 else info.start_pts)
+    return replace(info, seek_pts=tuple(seeks))
+
+
+def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path) -> Probed:
+    """Ask ffprobe about the file, then decode its first frame: a master must really play."""
+    name = path.name
+    source = probe.input_name(path)  # a name like `file:x.mp4` or `-x.mov` is that file
+    shown = proc.capture(probe.format_argv(ffprobe, source), 120)
+    if shown.returncode != 0:
+        reason = (shown.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise SpecError(
+            f"{name}: not a .blend file, and not a video ffprobe can read ({reason}); "
+            "encode jobs take a video master such as .mov, .mp4, .mkv or .mxf"
+        )
+    packets = proc.capture(probe.packets_argv(ffprobe, source), 1800)
+    probed = parse_master(name, shown.stdout, packets.stdout if packets.returncode == 0 else "")
+    first_frame = (
+        ffmpeg.input(source)
+        .output("-", map="0:v:0", f="null", **{"frames:v": 1})
+        .global_args("-v", "error", "-nostdin")
+    )
+    decoded = proc.capture(first_frame.compile(cmd=ffmpeg_bin), 120)
+    if decoded.returncode != 0:
+        reason = (decoded.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise SpecError(f"{name}: its first video frame does not decode ({reason}); is it corrupt?")
+    return probed
+
+
+def _fraction(text: object) -> Fraction:
+    try:
+        value = Fraction(str(text))
+    except (ValueError, ZeroDivisionError):
+        return Fraction(0)
+    return value if value > 0 else Fraction(0)

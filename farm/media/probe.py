@@ -1,0 +1,144 @@
+"""ffprobe, in one place: the command lines, and reading what it answers (parsing is pure).
+
+Used for masters at submit (farm.media.master), segments and deliverables on workers (segment,
+transcode, stitch). ffprobe argv is built here by hand: ffmpeg-python's `probe()` runs the
+program itself, and farm.adapters.proc is the one place that runs programs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from farm.adapters import proc
+from farm.core.errors import PermanentError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Streams:
+    """A video file as ffprobe sees it: its first video stream, and its audio durations."""
+
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str
+    rate: str
+    """The video stream's r_frame_rate, as ffprobe writes it: `24000/1001`."""
+    time_base: str
+    frames: int
+    """Video packets counted by reading the file (one per frame in every codec we write)."""
+    duration_s: float
+    audio_s: tuple[float, ...] = ()
+
+    @property
+    def fps(self) -> Fraction:
+        return Fraction(self.rate or "0/1")
+
+    def manifest_fields(self, fps: Fraction) -> dict[str, object]:
+        """What a segment manifest records of a segment (the stitch checks against it)."""
+        return {
+            "frames": self.frames,
+            "codec": self.codec,
+            "width": self.width,
+            "height": self.height,
+            "pix_fmt": self.pix_fmt,
+            "fps": str(fps),
+        }
+
+
+URL_SCHEMES = ("https://", "http://")
+DEFAULT_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+HTTP_INPUT: dict[str, object] = {
+    "reconnect": 1,
+    "reconnect_on_network_error": 1,
+    "reconnect_delay_max": 10,
+}
+"""Options for reading over a presigned URL (only valid for http inputs)."""
+
+
+def input_name(source: str | Path) -> str:
+    """What ffmpeg/ffprobe is told to open: a presigned URL as it is, anything else as
+    `file:` + its absolute path, so a master named `file:x.mp4`, `-x.mov` or `concat:a|b` is read
+    as that very file (never as a protocol or an option). A Path is always a file."""
+    text = str(source)
+    if isinstance(source, str) and text.startswith(URL_SCHEMES):
+        return text
+    if text.startswith("file:") and Path(text[5:]).is_absolute():
+        return text
+    return "file:" + str(Path(os.path.abspath(text)))
+
+
+def input_options(source: str, ca_file: str = DEFAULT_CA_FILE) -> dict[str, object]:
+    """Protocol options for reading `source`: over http(s), reconnects; over https, the server's
+    certificate verified against `ca_file` (ffmpeg does not verify by default)."""
+    if not source.startswith(URL_SCHEMES):
+        return {}
+    options = dict(HTTP_INPUT)
+    if source.startswith("https://"):
+        options.update(tls_verify=1, ca_file=ca_file or DEFAULT_CA_FILE)
+    return options
+
+
+def option_args(options: dict[str, object]) -> list[str]:
+    """`input_options` as command-line flags (for argv built by hand, such as ffprobe's)."""
+    return [part for k, v in options.items() for part in (f"-{k}", str(v))]
+
+
+def streams_argv(ffprobe: str, path: str) -> list[str]:
+    """Every stream and the format, with video packets counted, as JSON."""
+    return [ffprobe, "-v", "error", "-count_packets", "-show_streams", "-show_format",
+            "-of", "json", path]  # fmt: skip
+
+
+def format_argv(ffprobe: str, path: str) -> list[str]:
+    """Streams and format without reading the whole file (fast; for a master at submit)."""
+    return [ffprobe, "-v", "error", "-show_format", "-show_streams", "-of", "json", path]
+
+
+def packets_argv(ffprobe: str, path: str) -> list[str]:
+    """Every video packet's timestamp, duration and flags (keyframes), as CSV."""
+    return [ffprobe, "-v", "error", "-select_streams", "v:0",
+            "-show_entries", "packet=pts,duration,flags", "-of", "csv=p=0", path]  # fmt: skip
+
+
+def video_streams(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Video streams that are pictures in motion (album art shows up as a one-frame video)."""
+    return [
+        s
+        for s in data.get("streams") or []
+        if s.get("codec_type") == "video" and not (s.get("disposition") or {}).get("attached_pic")
+    ]
+
+
+def parse_streams(text: str, name: str = "the file") -> Streams:
+    data = json.loads(text or "{}")
+    streams = data.get("streams") or []
+    video = next(iter(video_streams(data)), None)
+    if video is None:
+        raise PermanentError(f"{name} has no video stream")
+    fmt_s = float((data.get("format") or {}).get("duration") or 0)
+    return Streams(
+        codec=str(video.get("codec_name", "")),
+        width=int(video.get("width") or 0),
+        height=int(video.get("height") or 0),
+        pix_fmt=str(video.get("pix_fmt", "")),
+        rate=str(video.get("r_frame_rate", "")),
+        time_base=str(video.get("time_base", "")),
+        frames=int(video.get("nb_read_packets") or 0),
+        duration_s=float(video.get("duration") or fmt_s),
+        audio_s=tuple(
+            float(s.get("duration") or fmt_s) for s in streams if s.get("codec_type") == "audio"
+        ),
+    )
+
+
+def probe_streams(ffprobe: str, path: Path) -> Streams:
+    """Read a file this farm made (a segment, a deliverable); unreadable is a permanent error."""
+    result = proc.capture(streams_argv(ffprobe, input_name(path)), 600)
+    if result.returncode != 0:
+        raise PermanentError(f"ffprobe cannot read {path.name}: {result.stderr.strip()[-300:]}")
+    return parse_streams(result.stdout, path.name)

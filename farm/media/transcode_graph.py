@@ -1,0 +1,170 @@
+"""ffmpeg command lines for encode jobs: one frame-exact segment of a master, and the final mux
+of the joined segments with the master's audio (pure).
+
+Frames are picked by timestamp, not by seeking: the master's timestamps are rebased to its first
+frame, resampled onto the output's constant-rate grid (the fps filter: frame k is the master frame
+shown at k/rate, which for a constant-rate master is master frame k), and the segment keeps grid
+frames [first, end) with trim. A seek to a keyframe well before `first` only saves decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import ffmpeg
+
+from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, moov_reserve_bytes
+from farm.media.probe import DEFAULT_CA_FILE, input_options
+
+MP4_AUDIO_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus"})
+"""Audio codecs an MP4 holds as they are; anything else is encoded once to AAC."""
+DEFAULT_QUALITY = {
+    "libx264": 20,
+    "libx265": 22,
+    "libsvtav1": 30,
+    "h264_nvenc": 21,
+    "hevc_nvenc": 23,
+    "av1_nvenc": 30,
+    "prores_ks": 9,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentCut:
+    """Output frames [first, end) of `total`, cut from a master whose first frame is at
+    `start_pts` (in the master's video time base) and rendered at the constant `rate`."""
+
+    first: int
+    end: int
+    total: int
+    rate: Fraction
+    start_pts: int
+    seek_s: float = 0.0
+    """Seconds after the master's start to seek to (a keyframe before `first`); 0: no seek."""
+
+    @property
+    def count(self) -> int:
+        return self.end - self.first
+
+
+def seek_seconds(seek_pts: int, start_pts: int, time_base: Fraction) -> float:
+    """A keyframe's offset from the master's start, rounded down to the microsecond so that a
+    backward seek lands on that keyframe, never after it."""
+    micros = (seek_pts - start_pts) * time_base * 1_000_000
+    return max(0, int(micros)) / 1_000_000
+
+
+def default_quality(encoder: str) -> int:
+    return DEFAULT_QUALITY.get(encoder, 23)
+
+
+def scale_filters(width: int, height: int, nvenc: bool, pix_fmt: str = "yuv420p") -> list[str]:
+    """Lanczos on the CPU; on NVENC hosts the frames go up to the GPU and scale_cuda scales them."""
+    if nvenc:
+        return [
+            "format=p010le" if "10" in pix_fmt else "format=nv12",
+            "hwupload_cuda",
+            f"scale_cuda=w={width}:h={height}:interp_algo=lanczos:format={pix_fmt}",
+        ]
+    return [f"scale=w={width}:h={height}:flags=lanczos", f"format={pix_fmt}"]
+
+
+def segment_filtergraph(
+    cut: SegmentCut, width: int, height: int, nvenc: bool, pix_fmt: str = "yuv420p"
+) -> str:
+    chain = [
+        f"setpts=PTS-{cut.start_pts}",
+        f"fps=fps={cut.rate.numerator}/{cut.rate.denominator}",
+    ]
+    if cut.end >= cut.total:
+        # A variable-rate master's grid may end a frame short: repeat its last frame, then trim.
+        chain.append("tpad=stop_mode=clone:stop=2")
+    chain += [f"trim=start_pts={cut.first}:end_pts={cut.end}", "setpts=PTS-STARTPTS"]
+    return ",".join(chain + scale_filters(width, height, nvenc, pix_fmt))
+
+
+def segment_argv(
+    *,
+    ffmpeg_bin: str,
+    source: str,
+    out: str,
+    cut: SegmentCut,
+    width: int,
+    height: int,
+    settings: EncodeSettings,
+    ca_file: str = DEFAULT_CA_FILE,
+) -> list[str]:
+    """The master's frames [first, end) -> one closed-GOP segment, video only, IDR first.
+    `source`: a presigned URL (https verified against `ca_file`) or `probe.input_name(path)`."""
+    reading: dict[str, object] = input_options(source, ca_file)
+    if cut.seek_s > 0:
+        reading.update(noaccurate_seek=None, ss=f"{cut.seek_s:.6f}")
+    opts = codec_options(settings, cut.count)
+    opts.pop("r", None)  # the fps filter made the rate; -r could only add or drop frames
+    pix_fmt = str(opts["pix_fmt"])
+    if settings.is_nvenc:
+        opts.pop("pix_fmt", None)  # CUDA frames; scale_cuda already chose the format
+    stream = ffmpeg.input(source, **reading).output(
+        out,
+        map="0:v:0",
+        an=None,
+        sn=None,
+        dn=None,
+        vf=segment_filtergraph(cut, width, height, settings.is_nvenc, pix_fmt),
+        fps_mode="passthrough",
+        **{"frames:v": cut.count},
+        **opts,
+    )
+    globals_ = [*GLOBAL_ARGS, "-copyts"]
+    if settings.is_nvenc:
+        globals_ += ["-init_hw_device", "cuda=gpu:0", "-filter_hw_device", "gpu"]
+    return list(stream.global_args(*globals_).compile(cmd=ffmpeg_bin))
+
+
+def audio_codec_options(codecs: list[tuple[str, int]]) -> dict[str, str]:
+    """Per audio stream: stream copy when MP4 holds the codec, else one AAC encode."""
+    opts: dict[str, str] = {}
+    for n, (codec, channels) in enumerate(codecs):
+        if codec in MP4_AUDIO_COPY:
+            opts[f"c:a:{n}"] = "copy"
+        else:
+            opts[f"c:a:{n}"] = "aac"
+            opts[f"b:a:{n}"] = f"{min(96 * max(channels, 1), 640)}k"
+    return opts
+
+
+def mux_argv(
+    *,
+    ffmpeg_bin: str,
+    list_file: str,
+    master: str,
+    out: str,
+    audio: list[tuple[str, int]],
+    offset_s: float,
+    frames: int,
+    audio_packets: int = 0,
+    ca_file: str = DEFAULT_CA_FILE,
+) -> list[str]:
+    """Join the segments by stream copy and carry the master's audio over, once.
+
+    ffmpeg shifts every input so its earliest stream starts at zero; `offset_s` (the master's
+    format start minus its first video frame, zero or less) moves the audio so it keeps its
+    place against the first frame, as in the master.
+    """
+    joined = ffmpeg.input(list_file, f="concat", safe=0)
+    inputs = [joined["v:0"]]
+    if audio:
+        reading: dict[str, object] = input_options(master, ca_file)
+        if offset_s:
+            reading["itsoffset"] = f"{offset_s:.6f}"
+        source = ffmpeg.input(master, **reading)
+        inputs += [source[f"a:{n}"] for n in range(len(audio))]
+    stream = ffmpeg.output(
+        *inputs,
+        out,
+        **{"c:v": "copy"},
+        **audio_codec_options(audio),
+        moov_size=moov_reserve_bytes(frames, audio_packets),
+    )
+    return list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))

@@ -1,0 +1,145 @@
+"""The box a chunk's Blender runs in, from the worker's settings (farm.adapters.sandbox builds the argv).
+
+`sandbox = "bwrap"` (the default) refuses to render when bwrap is missing: an untrusted scene never
+runs unboxed unless the settings say `off` explicitly.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from farm.adapters.sandbox import Box, gpu_devices, program_dirs, tmpfs_cap, userns_cap, wrap
+from farm.adapters.settings import Settings
+from farm.core.errors import ConfigError, PermanentError
+
+log = logging.getLogger(__name__)
+
+
+def render_box(
+    settings: Settings, *, workspace: Path, out_dir: Path, scene: Path, tree: bool
+) -> Box | None:
+    """Writable: the workspace (HOME: the chunk's, or a warm Blender's for its job) and the
+    output folder; readable: the scene (its whole asset tree when `tree`) and the program's own
+    files. None when the box is turned off."""
+    if settings.sandbox == "off":
+        log.warning("rendering without a box (FARM_SANDBOX=off): the scene can reach this host")
+        return None
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise PermanentError(
+            "bwrap is not installed, so this worker will not run a scene: install bubblewrap "
+            "(apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that only renders "
+            "scenes you trust"
+        )
+    program = shutil.which(settings.blender) or settings.blender
+    (workspace / "tmp").mkdir(
+        parents=True, exist_ok=True
+    )  # TMPDIR inside (farm.adapters.sandbox.wrap)
+    return host_box(
+        bwrap,
+        writable=(workspace, out_dir),
+        readable=(scene.parent if tree else scene, *program_dirs(program)),
+    )
+
+
+def host_box(
+    bwrap: str, *, writable: tuple[Path, ...] = (), readable: tuple[Path, ...] = ()
+) -> Box:
+    """A box over these folders with what this host's bwrap can do: its GPUs, a capped /tmp,
+    no user namespaces inside."""
+    return Box(
+        writable=writable, readable=readable, devices=gpu_devices(), bwrap=bwrap,
+        tmpfs_bytes=tmpfs_cap(bwrap), no_userns=userns_cap(bwrap),
+    )  # fmt: skip
+
+
+def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) -> None:
+    """A worker that would render without a box, or on a host where no box can be made,
+    refuses to start (ConfigError), rather than failing each chunk it takes (and with them the
+    farm's jobs). `bwrap`: the one to check (default: the one on PATH)."""
+    if "render" not in queues or settings.sandbox != "bwrap":
+        return
+    bwrap = bwrap or shutil.which("bwrap")
+    if bwrap is None:
+        raise ConfigError(
+            "bwrap is not installed, so this worker will not render untrusted scenes: install "
+            "bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that "
+            "only renders scenes you trust"
+        )
+    # A box as a chunk gets one, around `true`: a container without the rights bwrap needs
+    # (Docker's default seccomp and AppArmor profiles refuse its namespaces) fails here.
+    trial = host_box(bwrap)
+    try:
+        done = subprocess.run(
+            wrap(["true"], trial), capture_output=True, text=True, timeout=30, check=False
+        )
+        said = done.stderr.strip() or f"exit {done.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        done, said = None, str(exc)
+    if done is None or done.returncode != 0:
+        raise ConfigError(
+            f"bwrap cannot make a box on this host ({said[-300:]}), so this worker would fail "
+            "every scene: in a container, run it as docker-compose.yml does (security_opt "
+            "seccomp and apparmor unconfined: the box takes their place), or set "
+            "FARM_SANDBOX=off on a host that only renders scenes you trust"
+        )
+    if not trial.tmpfs_bytes:
+        log.warning("this bwrap has no --size (bubblewrap 0.7+): the box's /tmp is not capped")
+    if not trial.no_userns:
+        log.warning(
+            "this bwrap has no --disable-userns (bubblewrap 0.8+): a scene's code could make "
+            "user namespaces inside the box"
+        )
+
+
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_boxed(path: Path) -> io.BufferedReader:
+    """A file the box wrote, opened as what it is now: never through a symlink, and only a
+    regular file. A trusted scene's script could otherwise swap a frame it announced for a link
+    to a host file (the farm's config) before the upload, or for a FIFO that blocks the reader.
+    Read the size, checksum and bytes from this one open file."""
+    return _regular(os.open(path, _FILE), path.name)
+
+
+def open_boxed_under(folder: Path, rel: str) -> io.BufferedReader:
+    """`open_boxed` of `folder/rel`, where `folder` and the folders of `rel` are the box's too:
+    each is opened in turn, never through a symlink, so one swapped for a link to a host folder
+    after the file was announced is refused rather than followed. `folder`'s parent is the
+    worker's own."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise PermanentError(f"{rel!r} is not a plain path in the chunk's folder")
+    try:
+        fd = os.open(folder, _FOLDER)
+        try:
+            for part in parts[:-1]:
+                inner = os.open(part, _FOLDER, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            leaf = os.open(parts[-1], _FILE, dir_fd=fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise PermanentError(
+            f"{rel} in the chunk's folder cannot be read as a file: {exc.strerror}"
+        ) from exc
+    return _regular(leaf, rel)
+
+
+def _regular(fd: int, name: str) -> io.BufferedReader:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermanentError(f"{name} in the chunk's folder is not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -1,0 +1,67 @@
+"""Sizing the rest of an auto-chunked job once one of its probe chunks has rendered.
+
+The probe's Blender run gives S (start-up and scene load) and F (per frame) from the times of its
+`Saved:` lines, kept for the next job of the same scene; farm.core.chunking picks the size; the ledger
+adds the chunks once, atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from farm.core import chunking, keys
+from farm.core.pipeline import Phase
+from farm.core.spec import JobSpec
+from farm.ledger import speeds
+from workers.attempt.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+FALLBACK = chunking.Measurement(startup_s=10.0, frame_s=10.0, source="no frames timed; defaults")
+"""Used when the probe chunk reused every frame (an earlier attempt rendered them)."""
+
+
+def measure(saved_s: list[float], source: str = "") -> chunking.Measurement:
+    """S and F of one Blender run from its `Saved:` times (see farm.core.chunking)."""
+    return chunking.measure_saved_times(saved_s, source)
+
+
+def plan_rest(
+    ctx: WorkerContext, job_id: str, spec: JobSpec, saved_s: list[float], index: int
+) -> bool:
+    """Plan and send the rest of the job if its plan is still pending; true if this call did."""
+    job = ctx.ledger.job(job_id)
+    if job.get("plan_pending") != "1":
+        return False
+    if saved_s:
+        m = chunking.measure_saved_times(saved_s, f"probe chunk {index} of {job_id}")
+        key = keys.r_measurement(job["source_key"], str(spec.resolution), spec.samples)
+        ctx.ledger.save_measurement(key, m)
+    else:
+        m = FALLBACK
+    live = [n for n, w in ctx.ledger.workers().items() if "render" in w.get("queues", [])]
+    pool = chunking.Pool(
+        workers=max(len(live), 1),
+        interruption_per_h=ctx.settings.spot_interruption_per_h,
+        detect_s=ctx.settings.recovery_bound_s,
+        frame_factors=speeds.factors_for(ctx.ledger, live),
+        splits=True,  # idle workers split running chunks (workers/phases/splitter.py)
+    )
+    probed = chunking.probe_wave(spec.frames, int(job["chunks_total"]))
+    left = spec.frames.count - sum(len(c.frames) for c in probed)
+    choice = chunking.choose_chunk_size(frames=left, m=m, pool=pool)
+    rest = chunking.rest_after(spec.frames, probed, choice.chunk_size)
+    won = ctx.ledger.plan_rest(
+        job_id,
+        after=len(probed),
+        chunks=list(rest),
+        chunk_size=choice.chunk_size,
+        reason="auto: " + choice.reason,
+    )
+    if won:
+        # Sent by the one caller that planned. A worker lost between the plan and these sends
+        # leaves queued chunks without messages: a known gap (bench/README.md).
+        for chunk in rest:
+            ctx.dispatch.send(Phase.RENDER, job_id, chunk.index)
+        log.info("job %s: %d more chunks of %d frames", job_id, len(rest), choice.chunk_size)
+    return won

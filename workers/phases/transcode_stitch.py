@@ -1,0 +1,123 @@
+"""The stitch of an encode job: join the segments by stream copy (farm.media.join; with the master's
+audio carried over once by ffmpeg, after checking every segment with ffprobe), then prove the
+result matches the master frame for frame.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from farm.core.errors import PermanentError
+from farm.core.sources import MasterInfo
+from farm.core.spec import JobSpec
+from farm.media.join import join_segments, probe_joined
+from farm.media.probe import Streams, probe_streams
+from farm.media.transcode_graph import mux_argv
+from workers.attempt.context import WorkerContext
+from workers.phases.stitch import deliver, fetching, segment_refs, stitch_workspace
+from workers.phases.transcode import master_source
+
+
+def check_encoders(encoders: list[dict[str, Any]]) -> None:
+    """Stream copy joins only segments made by one encoder with the same settings."""
+    if any(e != encoders[0] for e in encoders):
+        names = sorted({f"{e['name']} q{e['quality']} {e['preset']}" for e in encoders})
+        raise PermanentError(
+            f"segments were made with different encoders or settings ({', '.join(names)}); "
+            "they cannot be joined by stream copy. Retry the job with --encoder set to one of them"
+        )
+
+
+def check_segments(found: list[Streams], spec: JobSpec, encoders: list[dict[str, Any]]) -> None:
+    """Stream copy joins only segments alike in every parameter the decoder sets up once
+    (farm.media.mp4join checks this from the sample descriptions; ffmpeg's join needs ffprobe)."""
+    check_encoders(encoders)
+    want = (spec.codec.stream_name, spec.resolution.width, spec.resolution.height)
+    first = found[0]
+    for n, seg in enumerate(found):
+        params = (seg.codec, seg.width, seg.height, seg.pix_fmt, seg.rate, seg.time_base)
+        if (seg.codec, seg.width, seg.height) != want or params != (
+            first.codec, first.width, first.height, first.pix_fmt, first.rate, first.time_base
+        ):  # fmt: skip
+            raise PermanentError(
+                f"segment {n} is {seg.codec} {seg.width}x{seg.height} {seg.pix_fmt} {seg.rate} fps "
+                f"tb {seg.time_base}; segment 0 is {first.codec} {first.width}x{first.height} "
+                f"{first.pix_fmt} {first.rate} tb {first.time_base}; asked for {want[0]} "
+                f"{want[1]}x{want[2]}"
+            )
+
+
+def check_output(out: Streams, spec: JobSpec, master: MasterInfo) -> None:
+    """Frame count exact, durations within one frame of the master's, size and codec as asked."""
+    frame_s = float(1 / master.rate)
+    problems = []
+    if out.frames != master.frame_count:
+        problems.append(f"{out.frames} frames, the master has {master.frame_count}")
+    if abs(out.duration_s - master.duration_s) > frame_s:
+        problems.append(f"video lasts {out.duration_s:.3f} s, the master {master.duration_s:.3f} s")
+    if (out.codec, out.width, out.height) != (
+        spec.codec.stream_name, spec.resolution.width, spec.resolution.height
+    ):  # fmt: skip
+        problems.append(
+            f"{out.codec} {out.width}x{out.height}, asked for {spec.codec} {spec.resolution}"
+        )
+    if len(out.audio_s) != len(master.audio):
+        problems.append(f"{len(out.audio_s)} audio streams, the master has {len(master.audio)}")
+    for n, (got, src) in enumerate(zip(out.audio_s, master.audio, strict=False)):
+        if src.duration_s is not None and abs(got - src.duration_s) > frame_s:
+            problems.append(f"audio {n} lasts {got:.3f} s, the master's {src.duration_s:.3f} s")
+    if problems:
+        raise PermanentError("the joined video does not match the master: " + "; ".join(problems))
+
+
+def stitch_master(
+    ctx: WorkerContext, job_id: str, job: dict[str, str], spec: JobSpec
+) -> dict[str, object]:
+    """A transcode job's stitch: the render stitch's ledger moves, plus audio and master checks."""
+    assert spec.master is not None, "transcode jobs carry their master's probe"
+    master = spec.master
+    started = time.monotonic()
+    with stitch_workspace(ctx, job_id) as work:
+        refs = segment_refs(ctx, job_id, int(job["chunks_total"]))
+        encoders = [{k: v for k, v in ref.encoder.items() if k != "argv"} for ref in refs]
+        check_encoders(encoders)
+        out = work / f"output.{spec.codec.container}"
+        source = master_source(ctx, job["source_key"])[0] if master.audio else ""
+
+        def mux(list_file: Path, paths: list[Path]) -> list[str]:
+            check_segments([probe_streams(ctx.settings.ffprobe, p) for p in paths], spec, encoders)
+            return mux_argv(
+                ffmpeg_bin=ctx.settings.ffmpeg,
+                list_file=str(list_file),
+                master=source,
+                out=str(out),
+                audio=[(a.codec, a.channels) for a in master.audio],
+                offset_s=min(0.0, master.format_start_s - master.start_s),
+                frames=master.frame_count,
+                ca_file=ctx.settings.ca_file,
+                audio_packets=sum(
+                    # AAC and most codecs carry 1024 samples a packet; 2x covers the rest.
+                    2 * int((a.duration_s or master.duration_s) * a.sample_rate / 1024) + 64
+                    for a in master.audio
+                ),
+            )
+
+        joining = time.monotonic()
+        with fetching(ctx, refs, work) as paths:
+            joined = join_segments(
+                paths=paths,
+                lengths=[ref.length for ref in refs],
+                out=out,
+                concat=mux,
+                skip="the master's audio is carried over by ffmpeg" if master.audio else "",
+                hide=source,
+            )
+        join_s = time.monotonic() - joining
+        info = probe_joined(ctx.settings.ffprobe, out, joined, master.frame_count, master.rate)
+        check_output(info, spec, master)
+        output_key = deliver(
+            ctx, job_id, out, started, fetch_join_s=round(join_s, 3), stitch_join=joined.method
+        )
+    return {"job_id": job_id, "output": output_key, "frames": master.frame_count}
