@@ -94,7 +94,7 @@ def frame_count(farm: LocalFarm, job_id: str, dest: Path) -> int:
     from tests.conftest import ffprobe
 
     path = dest / f"{job_id}.mp4"
-    farm.adapters.store().get_file(f"jobs/{job_id}/output.mp4", path)
+    farm.store().get_file(f"jobs/{job_id}/output.mp4", path)
     return int(ffprobe(path)["streams"][0]["nb_read_frames"])
 
 

@@ -80,7 +80,7 @@ def _assert_no_frame_dropped_doubled_or_swapped(
 
 
 def _manifests(farm: LocalFarm, job_id: str) -> list[dict[str, Any]]:
-    store = farm.adapters.store()
+    store = farm.store()
     return [store.get_json(k) for k in sorted(store.keys(f"jobs/{job_id}/manifests/"))]
 
 

@@ -48,7 +48,7 @@ def test_a_data_dir_with_a_quote_and_spaces_runs_a_farm(
 ) -> None:
     farm, _ = quoted_farm
     farm.ledger().ping()
-    store = farm.adapters.store()
+    store = farm.store()
     store.put_bytes("probe/ok.txt", b"ok")
     assert store.get_bytes("probe/ok.txt") == b"ok"
     assert farm.farm("jobs").returncode == 0

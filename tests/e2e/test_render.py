@@ -25,7 +25,7 @@ def _video(farm: LocalFarm, job_id: str, dest: Path) -> dict[str, object]:
 
 
 def _objects(farm: LocalFarm, job_id: str, kind: str) -> list[str]:
-    keys: list[str] = farm.adapters.store().keys(f"jobs/{job_id}/{kind}/")
+    keys: list[str] = farm.store().keys(f"jobs/{job_id}/{kind}/")
     return keys
 
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 def _snapshot(farm: LocalFarm) -> tuple[int, list[str]]:
     jobs = json.loads(farm.farm("jobs", "--json", check=True).stdout)
-    return len(jobs), farm.adapters.store().keys("scenes/")
+    return len(jobs), farm.store().keys("scenes/")
 
 
 @pytest.mark.parametrize(

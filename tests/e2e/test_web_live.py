@@ -71,7 +71,7 @@ def rendered(local_farm: LocalFarm) -> Iterator[Rendered]:
 
 
 def _auth(farm: LocalFarm) -> tuple[str, str]:
-    s = farm.adapters.settings()
+    s = farm.settings()
     return s["flower_user"], s["flower_password"]
 
 
@@ -91,9 +91,7 @@ def test_the_done_job_is_announced_signed_to_its_notify_url(
 
 # ── exporter ─────────────────────────────────────────────────────────────────────────────────
 def _scrape(farm: LocalFarm) -> dict[str, list[tuple[dict[str, str], float]]]:
-    answer = requests.get(
-        f"{farm.adapters.settings()['web_url']}/metrics", auth=_auth(farm), timeout=30
-    )
+    answer = requests.get(f"{farm.settings()['web_url']}/metrics", auth=_auth(farm), timeout=30)
     answer.raise_for_status()
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(answer.text):
@@ -150,7 +148,7 @@ def _chromium() -> str:
 def _browse(farm: LocalFarm, path: str, tmp: Path, *extra: str) -> str:
     """Load a page in headless Chromium (credentials in the URL, as a user would type them)."""
     user, password = _auth(farm)
-    parts = urlsplit(farm.adapters.settings()["web_url"])
+    parts = urlsplit(farm.settings()["web_url"])
     url = f"{parts.scheme}://{user}:{password}@{parts.netloc}{path}"
     argv = [
         _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

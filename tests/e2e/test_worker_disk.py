@@ -20,7 +20,7 @@ SWEEP = {"FARM_DISK_SWEEP_S": "1"}
 
 
 def _scratch(farm: LocalFarm, name: str) -> Path:
-    base = farm.adapters.settings().get("scratch_dir") or tempfile.gettempdir()
+    base = farm.settings().get("scratch_dir") or tempfile.gettempdir()
     return Path(base) / "farm-worker" / name
 
 
@@ -45,7 +45,7 @@ def test_render_only_hosts_keep_no_frames_and_ended_jobs_leave_no_folders(
         # in the store and nowhere on this host.
         assert (folder / "tree" / DEMO.name).is_file()
         assert sorted(p.name for p in (folder / "frames").iterdir()) == []
-        store = farm.adapters.store()
+        store = farm.store()
         assert all(store.exists(keys.frame_key(job_id, f)) for f in range(1, 5))
 
         encoder = "encode@disk"

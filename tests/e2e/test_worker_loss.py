@@ -96,7 +96,7 @@ def test_paused_worker_and_its_replacement_leave_one_manifest_and_one_stitch(
         summary = wait_final(farm, job_id, 180)
         assert summary["state"] == "done", summary["error"]
         assert frame_count(farm, job_id, tmp_path) == 12
-        store = farm.adapters.store()
+        store = farm.store()
         # One manifest per chunk (once awake, an idle worker may split the running chunk's
         # tail off into a second chunk), each the winning attempt's, whichever worker that was.
         total = int(farm.ledger().job(job_id)["chunks_total"])

@@ -138,7 +138,7 @@ def test_a_retry_that_will_be_refused_reads_no_scene(
     """The refusal comes before the fixed scene's trace, which hashes every file it uses."""
     from click.testing import CliRunner
 
-    from farm.cli.main import main as cli
+    from farm.cli import main as cli
 
     _job(ledger, "j3")
     ledger.move_job("j3", JobState.RUNNING)
