@@ -18,6 +18,7 @@ from farm.core.report import advance, job_summary, printable, progress_bar, prog
 from farm.core.spec import JobSpec, build_render_spec, check_scene_path, provenance
 from farm.core.state import ENDED, JobState
 from farm.ledger import Ledger
+from farm.ledger.ports import SubmitLedger
 
 if TYPE_CHECKING:
     from farm.blender.assets import Traced
@@ -308,7 +309,7 @@ a script reads (0 done, 1 failed, cancelled or paused)."""
 def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:
     """Follow the job until it ends or pauses: a live bar on a terminal, a line per change in a
     log. A paused job (its budget, `farm pause`) waits for a person: the wait ends saying why."""
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger: SubmitLedger = Ledger.from_url(settings.redis_url)
     tty = sys.stderr.isatty() and not quiet
     bar = progress_bar()
     task = bar.add_task("job", total=1, state="", chunks="", elapsed="", eta="")

@@ -15,7 +15,7 @@ from farm.adapters.metrics import backlog_per_worker
 from farm.core import cost
 from farm.core.pipeline import PHASES, STITCH, kind_of, running_in, waiting_for
 from farm.core.state import JobState
-from farm.ledger import Ledger
+from farm.ledger.ports import CensusLedger
 
 NO_QUEUE = "none"
 """The queue label of a chunk that waits for no phase (done, failed, cancelled)."""
@@ -130,7 +130,7 @@ def add_workers(census: Census, workers: dict[str, dict[str, Any]]) -> None:
                 census.serving[str(queue)] += 1
 
 
-def take(ledger: Ledger, limit: int = 1000) -> Census:
+def take(ledger: CensusLedger, limit: int = 1000) -> Census:
     """Read the ledger once: the newest `limit` jobs (as many as the reconciler watches), their
     chunks and metered cost, and the live workers. Totals (attempts, bytes, GPU-seconds) are
     over those jobs: a job falling out of the window, or `farm retry` clearing a chunk's

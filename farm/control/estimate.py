@@ -19,11 +19,12 @@ from farm.adapters.settings import Settings
 from farm.adapters.store import sha256_file
 from farm.blender import assets
 from farm.core import cost, keys
-from farm.core.chunking import Measurement, Pool
+from farm.core.chunking import Measurement
 from farm.core.errors import FarmError, SpecError
 from farm.core.spec import FrameRange, JobKind, JobSpec
 from farm.core.state import ENDED
 from farm.ledger import Ledger, speeds
+from farm.ledger.ports import SubmitLedger
 
 log = logging.getLogger(__name__)
 
@@ -58,23 +59,10 @@ class Estimated:
         }
 
 
-def pool_of(settings: Settings, ledger: Ledger) -> Pool:
-    """The render workers a job would run on now, as the sizing rule sees them (as farm.control.jobs
-    sizes a job at submit, so the estimate plans the chunks the job will get)."""
-    render_workers = [n for n, w in ledger.workers().items() if "render" in w.get("queues", [])]
-    return Pool(
-        workers=max(len(render_workers), 1),
-        interruption_per_h=settings.spot_interruption_per_h,
-        detect_s=settings.recovery_bound_s,
-        frame_factors=speeds.factors_for(ledger, render_workers),
-        splits=True,  # idle workers split running chunks (farm.core.split)
-    )
-
-
-def measurement_key(spec: JobSpec, source: Path) -> str:
-    suffix = source.suffix.lower() or ".bin"
-    scene = keys.scene_key(sha256_file(source), suffix)
-    return keys.r_measurement(scene, str(spec.resolution), spec.samples)
+def scene_key_of(source: Path) -> str:
+    """The scene's key in the store, as submit will store it: its measurement is remembered
+    under it."""
+    return keys.scene_key(sha256_file(source), source.suffix.lower() or ".bin")
 
 
 def estimate_job(
@@ -91,17 +79,17 @@ def estimate_job(
         raise SpecError("--estimate prices render jobs (a .blend scene); transcodes are not timed")
     prices = cost.load_prices(settings.price_file)
     price = prices.price(settings.region, settings.local_instance_type)
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger: SubmitLedger = Ledger.from_url(settings.redis_url)
     ledger.ping()
-    key = measurement_key(spec, source)
-    m = ledger.measurement(key)
+    scene, resolution = scene_key_of(source), str(spec.resolution)
+    m = ledger.measurement(scene, resolution=resolution, samples=spec.samples)
     probe_job, probe_cost, probe_s = "", 0.0, 0.0
     if m is None:
         probe_job, m, probe_cost, probe_s = probe(
             settings, ledger, spec, source, traced, timeout_s=probe_timeout_s, say=say
         )
-        ledger.save_measurement(key, m)
-    pool = pool_of(settings, ledger)
+        ledger.save_measurement(scene, m, resolution=resolution, samples=spec.samples)
+    pool = speeds.render_pool(settings, ledger)
     est = cost.estimate(
         frames=spec.frames.count, chunk_size=spec.chunk_size, m=m, pool=pool, price=price
     )
@@ -153,7 +141,7 @@ def measured(chunks: list[dict[str, str]], source: str) -> Measurement:
 
 def probe(
     settings: Settings,
-    ledger: Ledger,
+    ledger: SubmitLedger,
     spec: JobSpec,
     source: Path,
     traced: assets.Traced | None,

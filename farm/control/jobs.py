@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from farm.adapters.settings import Settings
 from farm.adapters.store import Store
@@ -22,6 +22,7 @@ from farm.core.spec import JobKind, JobSpec
 from farm.core.state import ENDED, ChunkState
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
 from farm.ledger import Ledger, speeds
+from farm.ledger.ports import JobControlLedger, SubmitLedger
 
 if TYPE_CHECKING:
     from farm.core.sources import SceneInfo
@@ -60,10 +61,10 @@ def submit(
     """Everything past validation: nothing here runs until the spec is known to be good.
     `traced`: the files the scene uses, uploaded by hash beside it, their manifest on the job."""
     limits.check_chunks(spec.frames.count, spec.chunk_size, settings.max_chunks)
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger: SubmitLedger = Ledger.from_url(settings.redis_url)
     ledger.ping()
     if spec.scene is not None:
-        _check_blender(ledger, spec.scene.blender_version)
+        _check_blender(ledger.workers(), spec.scene.blender_version)
     store = Store.from_settings(settings)
     store.check()
     suffix = source.suffix.lower() or ".bin"
@@ -77,17 +78,8 @@ def submit(
         manifest_key = keys.assets_manifest_key(job_id)
         store.put_json(manifest_key, traced.manifest.to_json())
         spec = replace(spec, assets_key=manifest_key, missing_assets=traced.manifest.missing)
-    render_workers = [n for n, w in ledger.workers().items() if "render" in w.get("queues", [])]
-    pool = Pool(
-        workers=max(len(render_workers), 1),
-        interruption_per_h=settings.spot_interruption_per_h,
-        detect_s=settings.recovery_bound_s,
-        frame_factors=speeds.factors_for(ledger, render_workers),
-        splits=True,  # idle workers split running chunks (farm.core.split)
-    )
-    measured = ledger.measurement(
-        keys.r_measurement(source_key, str(spec.resolution), spec.samples)
-    )
+    pool = speeds.render_pool(settings, ledger)
+    measured = ledger.measurement(source_key, resolution=str(spec.resolution), samples=spec.samples)
     chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
     limits.check_planned(len(chunks), settings.max_chunks)
     plan = {**plan, **_control_fields(settings, spec, pool, measured, priority, max_cost)}
@@ -120,11 +112,12 @@ def submit(
     )
 
 
-def _check_blender(ledger: Ledger, saved: str) -> None:
-    """Refuse (exit 2) a scene no live render worker's Blender can open, saying which it needs."""
+def _check_blender(live: dict[str, dict[str, Any]], saved: str) -> None:
+    """Refuse (exit 2) a scene no live render worker's Blender can open (`live`: the ledger's
+    workers), saying which it needs."""
     workers = [
         tuple(info["blender_file_version"])
-        for info in ledger.workers().values()
+        for info in live.values()
         if "render" in info.get("queues", []) and info.get("blender_file_version")
     ]
     reason = versions.refusal(versions.parse_version(saved), workers)
@@ -152,7 +145,7 @@ def reopen(
     is gone from the store (expired by a lifecycle rule, deleted), which no stitch could join, is
     made again: its stored frames are reused, the rest rendered. `fixed`: the scene, its settings
     as read and its trace (farm.cli.submit.trace_fixed_scene)."""
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger: JobControlLedger = Ledger.from_url(settings.redis_url)
     job = ledger.job_or_fail(job_id)
     # Again, before the scene changes: the job may have moved since the CLI's check_retry.
     _check_retry(ledger, job, every_unfinished=every_unfinished, scene=fixed is not None)
@@ -175,7 +168,7 @@ def reopen(
     return Reopened(waiting=sorted({*waiting, *remade}), remade=remade)
 
 
-def unjoinable_chunks(store: Store, ledger: Ledger, job_id: str) -> dict[int, str]:
+def unjoinable_chunks(store: Store, ledger: JobControlLedger, job_id: str) -> dict[int, str]:
     """The done chunks whose segment the stitch cannot read as their manifest describes it
     (the manifest or the segment gone from the store, or another size), with why. Read 16 at a
     time: a long job's thousand chunks are a few seconds of HEADs, not minutes."""
@@ -206,12 +199,12 @@ def unjoinable_chunks(store: Store, ledger: Ledger, job_id: str) -> dict[int, st
 def check_retry(settings: Settings, job_id: str, *, every_unfinished: bool, scene: bool) -> None:
     """Refuse a retry before anything is read or uploaded for it (a fixed scene's trace hashes
     every file it uses): the job's state, and a scene only for a render job."""
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger: JobControlLedger = Ledger.from_url(settings.redis_url)
     _check_retry(ledger, ledger.job_or_fail(job_id), every_unfinished=every_unfinished, scene=scene)
 
 
 def _check_retry(
-    ledger: Ledger, job: dict[str, str], *, every_unfinished: bool, scene: bool
+    ledger: JobControlLedger, job: dict[str, str], *, every_unfinished: bool, scene: bool
 ) -> None:
     ledger.check_reopen(job["id"], every_unfinished=every_unfinished)
     if scene and kind_of(job) is not JobKind.RENDER:
@@ -221,7 +214,7 @@ def _check_retry(
 
 
 def _replace_scene(
-    settings: Settings, ledger: Ledger, job: dict[str, str], scene: Path, info: SceneInfo,
+    settings: Settings, ledger: JobControlLedger, job: dict[str, str], scene: Path, info: SceneInfo,
     traced: assets.Traced,
 ) -> None:  # fmt: skip
     """The render job's scene from now on, with the files it uses (_check_retry first): refused
@@ -229,7 +222,7 @@ def _replace_scene(
     file missing that the job did not allow missing."""
     job_id = job["id"]
     spec = JobSpec.from_json(json.loads(job["spec"]))
-    _check_blender(ledger, info.blender_version)
+    _check_blender(ledger.workers(), info.blender_version)
     _check_same_video(job_id, spec, info)
     new = sorted(set(traced.manifest.missing) - set(spec.missing_assets))
     if new:
@@ -294,7 +287,7 @@ def _control_fields(
     return fields
 
 
-def resend_waiting(settings: Settings, ledger: Ledger, job_id: str) -> int:
+def resend_waiting(settings: Settings, ledger: JobControlLedger, job_id: str) -> int:
     """Send again every chunk that waits for a phase (at the job's priority now), and open the
     completion gate if every chunk is done. A duplicate message is harmless: one claim wins."""
     dispatch = Dispatcher(make_app(settings), priority_of=ledger.priority)
@@ -312,7 +305,7 @@ def resend_waiting(settings: Settings, ledger: Ledger, job_id: str) -> int:
 
 def pause(settings: Settings, job_id: str, reason: str = "paused by a user") -> str:
     """No new chunk starts; running ones finish. Returns the state the job was in."""
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger: JobControlLedger = Ledger.from_url(settings.redis_url)
     ledger.job_or_fail(job_id)
     move = ledger.pause_job(job_id, reason)
     if not move.moved and move.status != "same":
@@ -325,7 +318,7 @@ def resume(
 ) -> tuple[int, cost.Spend]:
     """Back to running (with a new budget if given) and every waiting chunk sent again.
     Returns the chunks sent and the job's spend (over_budget: it will pause again at once)."""
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger: JobControlLedger = Ledger.from_url(settings.redis_url)
     ledger.job_or_fail(job_id)
     move = ledger.resume_job(job_id, max_cost)
     if not move.moved:
@@ -336,7 +329,7 @@ def resume(
 def reprioritize(settings: Settings, job_id: str, priority: int) -> int:
     """`farm priority`: the job's waiting chunks are sent again at the new priority (the old
     messages, when they come up, find their chunk claimed or still waiting; either is fine)."""
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger: JobControlLedger = Ledger.from_url(settings.redis_url)
     job = ledger.job_or_fail(job_id)
     if job.get("state") in ENDED:
         raise FarmError(f"job {job_id} is {job['state']}: it has no chunk left to run")

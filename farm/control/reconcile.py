@@ -20,8 +20,8 @@ from farm.core.queues import Work, queued_work
 from farm.core.spec import JobSpec
 from farm.core.state import JobState
 from farm.dispatch import Dispatcher
-from farm.ledger import Ledger
-from farm.ledger.jobs import EARLY_UPLOAD
+from farm.ledger import EARLY_UPLOAD
+from farm.ledger.ports import ReconcilerLedger
 
 if TYPE_CHECKING:
     from farm.adapters.store import Store
@@ -48,7 +48,7 @@ class Pass:
 class Reconciler:
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: ReconcilerLedger,
         dispatch: Dispatcher,
         *,
         max_lost_leases: int,

@@ -129,7 +129,7 @@ class JobCost:
     run_per_s: float = 0.0
     run_base: float = 0.0
     """The attempts running now: their dollars a second together, and the sum of each one's
-    dollars a second times its claim time (farm.ledger.lua), metered only when they end."""
+    dollars a second times its claim time (the ledger's chunk_move.lua), metered only when they end."""
 
     def running(self, now: float) -> float:
         """Dollars the running attempts have spent so far."""
@@ -139,7 +139,7 @@ class JobCost:
 
 
 def job_cost(raw: dict[str, str]) -> JobCost:
-    """The ledger's cost hash (farm.ledger.lua meters every attempt into it) as a value."""
+    """The ledger's cost hash (its chunk_move.lua meters every attempt into it) as a value."""
 
     def num(name: str) -> float:
         return float(raw.get(name) or 0)

@@ -107,7 +107,7 @@ def job_summary(
 def paused_s(job: dict[str, str], now: float, *, running: bool = False) -> float:
     """Seconds the job has stood still for a pause: its earlier pauses (the ledger adds each as
     the job leaves 'paused') and, while paused, the one it is in, each counted from the later of
-    the pause and the end of the last attempt that ran on after it (farm.ledger.lua's _PAUSE).
+    the pause and the end of the last attempt that ran on after it (the ledger's _pause.lua).
     `running`: a chunk still runs, so the pause it is in has not stood the job still yet (none
     starts during a pause: it has run all along, and the ledger adds nothing if it still runs at
     the resume)."""

@@ -1,6 +1,6 @@
 """No idle tail (pure): which rendering chunk a worker with nothing to do splits, and at which frame.
 
-The ledger's SPLIT script (farm.ledger.lua) makes the split atomic and checks it again; the worker's
+The ledger's split.lua makes the split atomic and checks it again; the worker's
 side (workers/phases/splitter.py) decides when to look. bench/sim.py runs these same functions.
 """
 

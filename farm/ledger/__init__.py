@@ -1,7 +1,8 @@
 """The ledger: jobs, chunks, attempts, leases, fleet and cost in Redis, changed only by atomic Lua
 scripts. The only place that knows Redis keys or talks to Redis; everyone else holds a `Ledger`
-(or a narrow Protocol of it)."""
+(or its consumer's view of it, farm.ledger.ports)."""
 
+from farm.ledger.jobs import EARLY_PART, EARLY_UPLOAD
 from farm.ledger.ledger import Claim, Ledger, Move
 
-__all__ = ["Claim", "Ledger", "Move"]
+__all__ = ["EARLY_PART", "EARLY_UPLOAD", "Claim", "Ledger", "Move"]

@@ -18,16 +18,7 @@ from redis.retry import Retry
 from farm.core import keys
 from farm.core.errors import LedgerError, UnknownJob, UnreachableError
 from farm.core.state import ENDED
-from farm.ledger.lua import (
-    CHUNK_MOVE,
-    DROP_ENDED,
-    DROP_EXPIRED,
-    JOB_MOVE,
-    PLAN_REST,
-    RENEW,
-    SPLIT,
-    START_STITCH,
-)
+from farm.ledger.lua import Scripts
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -83,7 +74,7 @@ def move_of(result: list[Any]) -> Move:
 
 
 def claim_of(result: list[Any]) -> Claim:
-    """A claim's CHUNK_MOVE answer: the move, and what it brought back when it took the chunk."""
+    """A claim's chunk_move.lua answer: the move, and what it brought back when it took the chunk."""
     move = move_of(result)
     if move.status == "blocked":
         return Claim(move=move, blocked=int(result[2]))
@@ -118,14 +109,20 @@ class LedgerBase:
     def __init__(self, client: redis.Redis) -> None:
         # decode_responses=True: every reply is str; redis-py's stubs cannot express that.
         self.r: Any = client
-        self._move = client.register_script(CHUNK_MOVE)
-        self._renew = client.register_script(RENEW)
-        self._stitch = client.register_script(START_STITCH)
-        self._job_move = client.register_script(JOB_MOVE)
-        self._plan_rest = client.register_script(PLAN_REST)
-        self._split = client.register_script(SPLIT)
-        self._drop_expired = client.register_script(DROP_EXPIRED)
-        self._drop_ended = client.register_script(DROP_ENDED)
+        scripts = Scripts.registered(client)  # farm/ledger/scripts/*.lua, sent by EVALSHA
+        self._move = scripts.chunk_move
+        self._renew = scripts.renew
+        self._stitch = scripts.start_stitch
+        self._job_move = scripts.job_move
+        self._plan_rest = scripts.plan_rest
+        self._split = scripts.split
+        self._drop_expired = scripts.drop_expired
+        self._drop_ended = scripts.drop_ended
+        self._field_once = scripts.field_once
+        self._remake_chunk = scripts.remake_chunk
+        self._forget_early_upload = scripts.forget_early_upload
+        self._push_notice = scripts.push_notice
+        self._claim_notices = scripts.claim_notices
         self._budgeted: set[str] = set()
         """Jobs seen with a budget: their claims price it first, without stopping the script."""
         self.meter: dict[str, str] = {}

@@ -90,17 +90,20 @@ class FleetRecords(LedgerBase):
             pipe.hvals(queues_.UNACKED)
             return [raw for batch in pipe.execute() for raw in batch]
 
-    def save_measurement(self, key: str, m: Measurement) -> None:
-        """What a probe measured, for the next auto-sized job of the same scene and settings."""
+    def save_measurement(
+        self, scene_key: str, m: Measurement, *, resolution: str, samples: int
+    ) -> None:
+        """What a probe measured, for the next auto-sized job of the same scene (its key in the
+        store) at the same resolution and samples."""
         with wrapped("record a measurement"):
             self.r.hset(
-                key,
+                keys.r_measurement(scene_key, resolution, samples),
                 mapping={"startup_s": m.startup_s, "frame_s": m.frame_s, "source": m.source},
             )
 
-    def measurement(self, key: str) -> Measurement | None:
+    def measurement(self, scene_key: str, *, resolution: str, samples: int) -> Measurement | None:
         with wrapped("read a measurement"):
-            raw: dict[str, str] = self.r.hgetall(key)
+            raw: dict[str, str] = self.r.hgetall(keys.r_measurement(scene_key, resolution, samples))
         if not raw:
             return None
         return Measurement(

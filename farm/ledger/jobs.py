@@ -26,33 +26,6 @@ EARLY_PART = "early_part"
 """The chunk field that says which part its segment was copied into: number, the part's ETag,
 the segment's ETag, and the samples' offset and length."""
 
-_FIELD_ONCE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return '' end
-if ARGV[2] ~= '' then redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) end
-return redis.call('HGET', KEYS[1], ARGV[1]) or ''
-"""
-
-_REMAKE = """
-local jstate = redis.call('HGET', KEYS[2], 'state')
-if jstate ~= ARGV[1] and jstate ~= ARGV[2] then return 0 end
-if redis.call('HGET', KEYS[1], 'state') ~= ARGV[3] then return 0 end
-redis.call('HSET', KEYS[1], 'state', ARGV[4], 'failures', 0, 'lost_leases', 0,
-  'interruptions', 0, 'transients', 0, 'error', '', 'finished', '', 'updated', ARGV[5])
-redis.call('HDEL', KEYS[1], ARGV[7])  -- its part in the early upload is no longer right
-redis.call('HINCRBY', KEYS[2], 'chunks_done', -1)
-if redis.call('RPUSH', KEYS[3], ARGV[6]) > 5000 then redis.call('LTRIM', KEYS[3], -5000, -1) end
-return 1
-"""
-
-_FORGET_EARLY = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if state ~= ARGV[2] and state ~= ARGV[3] then return 0 end
-if redis.call('HGET', KEYS[1], ARGV[4]) ~= ARGV[1] then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[4])
-for i = 2, #KEYS do redis.call('HDEL', KEYS[i], ARGV[5]) end
-return 1
-"""
-
 
 class JobRecords(Outbox):
     """Whole-job moves and fields; every move that lands announces itself (Outbox)."""
@@ -162,7 +135,7 @@ class JobRecords(Outbox):
         """The job's `field`, set to `value` first where it has none and `value` is not empty:
         of workers racing to set it, all get the first one's. '' for a job that is gone."""
         with wrapped(f"set the job's {field}"):
-            found = self.r.eval(_FIELD_ONCE, 1, keys.r_job(job_id), field, value)
+            found = self._field_once(keys=[keys.r_job(job_id)], args=[field, value])
         return str(found or "")
 
     def forget_early_upload(self, job_id: str, upload_id: str) -> bool:
@@ -173,10 +146,10 @@ class JobRecords(Outbox):
             # Read outside the script: a failed or cancelled job is never split, so it holds still.
             total = int(self.r.hget(keys.r_job(job_id), "chunks_total") or 0)
             chunk_keys = [keys.r_chunk(job_id, i) for i in range(total)]
-            forgot = self.r.eval(
-                _FORGET_EARLY, 1 + total, keys.r_job(job_id), *chunk_keys, upload_id,
-                JobState.FAILED, JobState.CANCELLED, EARLY_UPLOAD, EARLY_PART,
-            )  # fmt: skip
+            forgot = self._forget_early_upload(
+                keys=[keys.r_job(job_id), *chunk_keys],
+                args=[upload_id, JobState.FAILED, JobState.CANCELLED, EARLY_UPLOAD, EARLY_PART],
+            )
         return bool(forgot)
 
     def remake_chunk(self, job_id: str, index: int, why: str, target: ChunkState) -> bool:
@@ -189,10 +162,10 @@ class JobRecords(Outbox):
             {"t": round(time.time(), 3), "event": "chunk-remade", "chunk": index, "why": why}
         )
         with wrapped(f"make chunk {index} again"):
-            moved = self.r.eval(
-                _REMAKE, 3, keys.r_chunk(job_id, index), keys.r_job(job_id), keys.r_events(job_id),
-                JobState.FAILED, JobState.CANCELLED, ChunkState.DONE, target,
-                f"{time.time():.3f}", entry, EARLY_PART,
+            moved = self._remake_chunk(
+                keys=[keys.r_chunk(job_id, index), keys.r_job(job_id), keys.r_events(job_id)],
+                args=[JobState.FAILED, JobState.CANCELLED, ChunkState.DONE, target,
+                      f"{time.time():.3f}", entry, EARLY_PART],
             )  # fmt: skip
         return bool(moved)
 

@@ -185,7 +185,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         block: str = "",
         block_after: int = 0,
     ) -> list[Any]:
-        """CHUNK_MOVE (farm/ledger/lua.py), its raw answer. The first claim of a job with a
+        """chunk_move.lua (farm/ledger/scripts), its raw answer. The first claim of a job with a
         budget stops in the script ('budget'), is priced here (enforce_budget may pause the
         job) and asked again; later ones are priced first. A job without one costs no read."""
 
@@ -228,7 +228,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         block: str,
         block_after: int,
     ) -> tuple[list[str], list[str | int | float]]:
-        """CHUNK_MOVE's keys and arguments (a claim of a budgeted job is priced here first)."""
+        """chunk_move.lua's keys and arguments (a claim of a budgeted job is priced here first)."""
         now = time.time()
         expiry = "" if lease_s is None else str(now + lease_s)
         if lease_s is not None:

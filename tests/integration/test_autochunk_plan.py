@@ -54,6 +54,6 @@ def test_gate_stays_shut_until_the_rest_is_planned_and_done(ledger: Ledger) -> N
 
 def test_a_measurement_is_kept_for_the_next_job_of_the_scene(ledger: Ledger) -> None:
     m = chunking.Measurement(startup_s=3.5, frame_s=0.5, source="probe chunk 1 of ja")
-    ledger.save_measurement("farm:measure:scenes/x.blend:320x180:4", m)
-    assert ledger.measurement("farm:measure:scenes/x.blend:320x180:4") == m
-    assert ledger.measurement("farm:measure:scenes/x.blend:320x180:8") is None
+    ledger.save_measurement("scenes/x.blend", m, resolution="320x180", samples=4)
+    assert ledger.measurement("scenes/x.blend", resolution="320x180", samples=4) == m
+    assert ledger.measurement("scenes/x.blend", resolution="320x180", samples=8) is None

@@ -16,7 +16,7 @@ import pytest
 
 from farm.core.state import ChunkState
 from farm.ledger import Claim, Ledger
-from farm.ledger.lua import CHUNK_MOVE
+from farm.ledger.lua import source
 from tests.integration.conftest import make_job
 
 
@@ -85,7 +85,7 @@ def through_proxy(ledger: Ledger, redis_url: str) -> Iterator[tuple[Ledger, Lose
                              ride_out_s=4)  # fmt: skip
     # Redis has the ledger's scripts already, so the dropped answer is that of a call it ran
     # (not a NOSCRIPT, after which redis-py loads the script and runs the call for the first time).
-    worker.r.script_load(CHUNK_MOVE)
+    worker.r.script_load(source("chunk_move"))
     assert proxy.dropped == 0
     yield worker, proxy
     proxy.close()

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from farm.core import chunking, keys
+from farm.core import chunking
 from farm.core.pipeline import Phase
 from farm.core.spec import JobSpec
 from farm.ledger import speeds
+from farm.ledger.ports import AutochunkLedger
 from workers.attempt.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -30,28 +31,23 @@ def plan_rest(
     ctx: WorkerContext, job_id: str, spec: JobSpec, saved_s: list[float], index: int
 ) -> bool:
     """Plan and send the rest of the job if its plan is still pending; true if this call did."""
-    job = ctx.ledger.job(job_id)
+    ledger: AutochunkLedger = ctx.ledger
+    job = ledger.job(job_id)
     if job.get("plan_pending") != "1":
         return False
     if saved_s:
         m = chunking.measure_saved_times(saved_s, f"probe chunk {index} of {job_id}")
-        key = keys.r_measurement(job["source_key"], str(spec.resolution), spec.samples)
-        ctx.ledger.save_measurement(key, m)
+        ledger.save_measurement(
+            job["source_key"], m, resolution=str(spec.resolution), samples=spec.samples
+        )
     else:
         m = FALLBACK
-    live = [n for n, w in ctx.ledger.workers().items() if "render" in w.get("queues", [])]
-    pool = chunking.Pool(
-        workers=max(len(live), 1),
-        interruption_per_h=ctx.settings.spot_interruption_per_h,
-        detect_s=ctx.settings.recovery_bound_s,
-        frame_factors=speeds.factors_for(ctx.ledger, live),
-        splits=True,  # idle workers split running chunks (workers/phases/splitter.py)
-    )
+    pool = speeds.render_pool(ctx.settings, ledger)
     probed = chunking.probe_wave(spec.frames, int(job["chunks_total"]))
     left = spec.frames.count - sum(len(c.frames) for c in probed)
     choice = chunking.choose_chunk_size(frames=left, m=m, pool=pool)
     rest = chunking.rest_after(spec.frames, probed, choice.chunk_size)
-    won = ctx.ledger.plan_rest(
+    won = ledger.plan_rest(
         job_id,
         after=len(probed),
         chunks=list(rest),

@@ -23,8 +23,7 @@ from typing import Protocol
 
 from farm.adapters.store import Store
 from farm.core.errors import FarmError, ObjectChanged, ObjectMissing, PermanentError
-from farm.ledger import Ledger
-from farm.ledger.jobs import EARLY_PART, EARLY_UPLOAD
+from farm.ledger import EARLY_PART, EARLY_UPLOAD, Ledger
 from farm.media.join import probe_header
 from farm.media.mp4join import Joined, JoinIndex
 from farm.media.mp4track import CannotJoin, Track, scan_track

@@ -15,6 +15,7 @@ from farm.core.errors import FarmError
 from farm.core.pipeline import PHASES, Phase
 from farm.core.split import MIN_REST, SLACK_S, WAKE_LAG_S, Split, choose
 from farm.core.state import ChunkState, JobState
+from farm.ledger.ports import SplitterLedger
 from workers.attempt.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -53,22 +54,23 @@ def split_once(ctx: WorkerContext) -> Split | None:
     """Split one chunk if there is nothing to take and a split is worth it; sends the new chunk.
     Nothing to take: no render waits, nor anything else this worker serves (a stitch, an
     encode), which it may take next, leaving the new chunk to wait."""
+    ledger: SplitterLedger = ctx.ledger
     render = str(PHASES[Phase.RENDER].queue)
     waiting = [render, *(q for q in ctx.queues if q != render)]  # render first: the usual one
-    if any(ctx.ledger.queue_length(queue) > 0 for queue in waiting):
+    if any(ledger.queue_length(queue) > 0 for queue in waiting):
         return None
     jobs = []
-    for job_id in ctx.ledger.job_ids(JOBS_LOOKED_AT):
-        job = ctx.ledger.job(job_id)
+    for job_id in ledger.job_ids(JOBS_LOOKED_AT):
+        job = ledger.job(job_id)
         if job.get("state") == JobState.RUNNING and job.get("plan_pending") != "1":
-            jobs.append((job, ctx.ledger.chunks(job_id)))
+            jobs.append((job, ledger.chunks(job_id)))
     # The owner hears of a split at its next renewal (workers.attempt.lease renews every <= 2 s), or at
     # once where it is subscribed to its wake-ups (workers.attempt.wake, its heartbeat says so).
     owners = {
         c["worker"] for _, chunks in jobs for c in chunks
         if c.get("state") == ChunkState.RENDERING and c.get("worker")
     }  # fmt: skip
-    woken = {name for name, info in ctx.ledger.worker_info(owners).items() if info.get("wake")}
+    woken = {name for name, info in ledger.worker_info(owners).items() if info.get("wake")}
     plan = choose(
         jobs,
         lag_s=min(ctx.settings.lease_renew_s, 2.0) + SLACK_S,
@@ -79,7 +81,7 @@ def split_once(ctx: WorkerContext) -> Split | None:
     )
     if plan is None:
         return None
-    new = ctx.ledger.split_chunk(
+    new = ledger.split_chunk(
         plan.job_id,
         plan.index,
         token=plan.token,

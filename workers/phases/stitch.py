@@ -22,7 +22,7 @@ from farm.core import keys
 from farm.core.errors import FarmError, ObjectMissing, PermanentError
 from farm.core.spec import JobSpec, fps_fraction
 from farm.core.state import JobState
-from farm.ledger.jobs import EARLY_PART, EARLY_UPLOAD
+from farm.ledger import EARLY_PART, EARLY_UPLOAD
 from farm.media.ffgraph import concat_argv
 from farm.media.join import check_tables, join_segments, probe_joined
 from farm.media.mp4track import CannotJoin
