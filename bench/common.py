@@ -94,7 +94,8 @@ def start_farm(workers: int, threads: int = 1, base: Path | None = None) -> Loca
     env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
     env.update(
         FARM_CONFIG=str(base / "config.json"),
-        FARM_TASK_PLUGINS="bench.tasks",
+        # A setting, saved by `farm up` for its workers: Celery imports it as each one starts.
+        FARM_WORKER_INCLUDE="bench.tasks",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")])),
     )
     farm = LocalFarm(base=base, workers=workers, env=env)

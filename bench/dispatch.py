@@ -23,8 +23,8 @@ from farm.core.plan import plan_chunks
 from farm.core.spec import build_render_spec
 from farm.dispatch import Dispatcher, Queue, make_app
 from workers.attempt.context import WorkerContext
+from workers.attempt.policy import run_chunk_phase
 from workers.host.gpu import Capabilities
-from workers.tasks import run_chunk_phase
 
 
 def _job(farm: LocalFarm, job_id: str, chunks: int) -> None:
@@ -103,10 +103,10 @@ def inprocess_ms(farm: LocalFarm, app: Celery, samples: int) -> dict[str, float]
     median ms of the whole chunk and of its time in Ledger and Store calls."""
     job_id = f"bench-inprocess-{time.time_ns()}"
     _job(farm, job_id, samples)
-    ledger, store = _Timed(farm.ledger()), _Timed(farm.adapters.store())
+    ledger, store = _Timed(farm.ledger()), _Timed(farm.store())
     with tempfile.TemporaryDirectory(prefix="farm-bench-inprocess-") as scratch:
         ctx = WorkerContext(
-            settings=farm.adapters.settings(), ledger=ledger, store=store, dispatch=Dispatcher(app),
+            settings=farm.settings(), ledger=ledger, store=store, dispatch=Dispatcher(app),
             caps=Capabilities(), name="bench-inprocess", scratch=Path(scratch),
             queues=(str(Queue.RENDER), str(Queue.ENCODE), str(Queue.STITCH)),
         )  # fmt: skip
@@ -171,7 +171,7 @@ def _cpu_text(parts: dict[str, float]) -> str:
 
 def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
     chunks, samples = (20, 10) if quick else (500, 100)
-    app = make_app(farm.adapters.settings(), name="bench")
+    app = make_app(farm.settings(), name="bench")
     bare_latency(app, 3)  # warm the connections on both sides
     farm_lat = farm_latency(farm, app, samples)
     bare_lat = bare_latency(app, samples)

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[dict[str, Any], list[Row]
         farm_s = time.monotonic() - started
         summary = json.loads(submit.stdout)
         job = farm.ledger().job(summary["id"])
-        store = farm.adapters.store()
+        store = farm.store()
         seg_dir = work / "segments"
         seg_keys = sorted(store.keys(f"jobs/{summary['id']}/segments/"))
         for key in seg_keys:

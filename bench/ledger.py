@@ -1,8 +1,8 @@
 """The ledger alone, driven as 1,000 workers would drive it, on one Redis: each chunk (one frame)
 goes through the Ledger calls a worker that renders and encodes makes, in its order
-(workers/tasks.py, attempt.py, frames.py, lease.py): claim, frame started, frame recorded (with
-the job's first-frame time, in the same round trip), lease renewed, rendered, claim for the
-segment, done with the completion gate.
+(workers/attempt/policy.py, lifecycle.py, lease.py, workers/phases/frames.py): claim, frame
+started, frame recorded (with the job's first-frame time, in the same round trip), lease renewed,
+rendered, claim for the segment, done with the completion gate.
 
 Baseline: the same client processes doing as many round trips with PING as the chunks took
 (counted on the client's connection), so the ratio says how many PING round trips a chunk
@@ -28,7 +28,7 @@ from farm.core.pipeline import PHASES, Phase
 from farm.core.plan import plan_chunks
 from farm.core.spec import build_render_spec
 from farm.ledger import Ledger
-from workers.tasks import BLOCK_AFTER
+from workers.attempt.policy import BLOCK_AFTER
 
 RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]
 TRANSITIONS_PER_CHUNK = 5

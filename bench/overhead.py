@@ -74,7 +74,7 @@ def on_farm(
         raise RuntimeError(f"farm job {summary['id']} {summary['state']}: {summary['error']}")
     ledger = farm.ledger()
     job_id = summary["id"]
-    if not farm.adapters.store().exists(ledger.job(job_id)["output"]):
+    if not farm.store().exists(ledger.job(job_id)["output"]):
         raise RuntimeError(f"job {job_id} is done but its video is not in the store")
     detail = breakdown(
         ledger.job(job_id), ledger.chunks(job_id), ledger.events(job_id), started_wall, farm.workers

@@ -1,6 +1,6 @@
 """A discrete-event simulation (heapq) of a spot GPU fleet rendering one job with the farm's own
-planner (farm.core.plan), chunk sizing (farm.core.chunking) and retry policy (workers.tasks.backoff_s and
-Settings.max_attempts / max_lost_leases). Deterministic for a seed; the same seed gives every policy the same
+planner (farm.core.plan), chunk sizing (farm.core.chunking) and retry policy (farm.core.backoff
+with the worker's cap, Settings.max_attempts / max_lost_leases). Deterministic for a seed; the same seed gives every policy the same
 frame times, boot times and reclaim times (common random numbers), so policies compare fairly.
 """
 
@@ -17,9 +17,10 @@ from bench.simspec import Fleet, Outcome, Workload
 from bench.simsplit import Splitting
 from bench.simtime import Book
 from farm.core import chunking, cost
+from farm.core.backoff import backoff_s
 from farm.core.plan import Chunk, plan_chunks
 from farm.core.spec import FrameRange
-from workers.tasks import backoff_s
+from workers.attempt.policy import RETRY_CAP_S
 
 __all__ = ["Fleet", "Outcome", "Workload", "estimate", "simulate"]
 
@@ -294,7 +295,9 @@ class Sim(Splitting):
             self._cut_short(task)
             failures = self.failures.get(task.chunk, 0) + 1
             if self._spend_failure(task.chunk, "Blender crashed"):
-                self._at(self.now + backoff_s(failures), "requeue", task.chunk, "render")
+                # The middle of the worker's jitter: the run stays deterministic for its seed.
+                delay_s = backoff_s(failures, cap_s=RETRY_CAP_S, jitter=0.5)
+                self._at(self.now + delay_s, "requeue", task.chunk, "render")
             return False
         self.saved.update(f for f, _ in task.saves)
         self.book.last_render = self.now

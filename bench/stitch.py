@@ -299,7 +299,7 @@ def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
         store_frames = 8 if store_note else frames
         farm = start_farm(workers=1, base=Path(tmp) / "farm")
         try:
-            store = farm.adapters.store()
+            store = farm.store()
             store_cases = [
                 measure_store(store, n, store_source, work, store_frames, repeats) for n in counts
             ]

@@ -68,7 +68,7 @@ def run(farm: LocalFarm, quick: bool) -> tuple[dict[str, Any], list[Row]]:
     if not quick:
         # A 1080p PNG frame is a few MiB; a 4K chunk segment tens of MiB.
         sizes = {"frame": (64, 4 * 2**20), "segment": (8, 32 * 2**20)}
-    store = farm.adapters.store()
+    store = farm.store()
     cases: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="farm-bench-store-") as tmp:
         work = Path(tmp)

@@ -1,7 +1,8 @@
-"""Benchmark-only Celery tasks, registered by a worker started with FARM_TASK_PLUGINS=bench.tasks
-(bench/common.py does); production code never imports this module.
+"""Benchmark-only Celery tasks, registered as Celery imports this module on a worker whose settings
+include it (worker_include = bench.tasks: bench/common.py's farm); production code never imports
+this module.
 
-`farm.bench.render` runs a chunk through the worker's own phase runner (workers.tasks
+`farm.bench.render` runs a chunk through the worker's own phase runner (workers.attempt.policy
 run_chunk_phase: claim, lease, work, manifest, done, the next phase in the same task on a
 worker that also encodes, the completion gate) with trivial work in place of Blender and ffmpeg:
 one tiny frame through the render phase's FrameUploader (stored, then recorded), one tiny
@@ -11,11 +12,11 @@ segment stored, the manifest written last. `farm.bench.noop` is the bare Celery 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from collections.abc import Callable
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task, shared_task
 
 from farm.core.errors import FramesMissing
 from farm.core.pipeline import PHASES, Phase
@@ -23,8 +24,9 @@ from farm.core.state import JobState
 from farm.dispatch import Dispatcher
 from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import ChunkAttempt, Outcome, Work
+from workers.attempt.policy import run_chunk_phase
 from workers.phases.frames import FrameUploader, frames_to_render
-from workers.tasks import run_chunk_phase
+from workers.tasks import worker_context
 
 BENCH_RENDER = "farm.bench.render"
 BENCH_ENCODE = "farm.bench.encode"
@@ -117,22 +119,22 @@ def bench_context(ctx: WorkerContext) -> WorkerContext:
     return dataclasses.replace(ctx, dispatch=BenchDispatch(ctx))
 
 
-def register(app: Celery, get_ctx: Callable[[], WorkerContext]) -> None:
-    made: list[WorkerContext] = []
+@functools.cache
+def _context(app: Celery) -> WorkerContext:
+    """The worker's context with the benchmark's dispatcher, made once per worker."""
+    return bench_context(worker_context(app))
 
-    def ctx() -> WorkerContext:
-        if not made:
-            made.append(bench_context(get_ctx()))
-        return made[0]
 
-    @app.task(name=BENCH_RENDER, acks_late=True)  # type: ignore[untyped-decorator]
-    def render(job_id: str, chunk: int) -> dict[str, Any]:
-        return run_chunk_phase(ctx(), job_id, chunk, PHASES[Phase.RENDER], WORKS)
+@shared_task(name=BENCH_RENDER, bind=True, acks_late=True)  # type: ignore[untyped-decorator]
+def render(task: Task, job_id: str, chunk: int) -> dict[str, Any]:
+    return run_chunk_phase(_context(task.app), job_id, chunk, PHASES[Phase.RENDER], WORKS)
 
-    @app.task(name=BENCH_ENCODE, acks_late=True)  # type: ignore[untyped-decorator]
-    def encode(job_id: str, chunk: int) -> dict[str, Any]:
-        return run_chunk_phase(ctx(), job_id, chunk, PHASES[Phase.SEGMENT], WORKS)
 
-    @app.task(name=BENCH_NOOP, acks_late=True, ignore_result=False)  # type: ignore[untyped-decorator]
-    def noop() -> None:
-        return None
+@shared_task(name=BENCH_ENCODE, bind=True, acks_late=True)  # type: ignore[untyped-decorator]
+def encode(task: Task, job_id: str, chunk: int) -> dict[str, Any]:
+    return run_chunk_phase(_context(task.app), job_id, chunk, PHASES[Phase.SEGMENT], WORKS)
+
+
+@shared_task(name=BENCH_NOOP, acks_late=True, ignore_result=False)  # type: ignore[untyped-decorator]
+def noop() -> None:
+    return None

@@ -8,7 +8,6 @@ they know about the instance going away.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import shutil
@@ -156,12 +155,7 @@ def main(
     app = make_app(settings)
     ctx = build_context(settings, app, name, threads, caps, queues)
     ctx.ledger.meter = meter_fields(settings)
-    ctx.ledger.ending = alongside.end_fields  # the encode lane's seconds alone
     register(app, lambda: ctx)
-    for module in filter(None, os.environ.get("FARM_TASK_PLUGINS", "").split(",")):
-        # Extra tasks by module name (the benchmarks set bench.tasks); each module registers its
-        # own with `register(app, get_ctx)`. Nothing here imports them by name.
-        importlib.import_module(module.strip()).register(app, lambda: ctx)
 
     def on_interruption(notice: Interruption) -> None:
         ctx.drain.start(f"spot {notice.action} notice", deadline=notice.deadline)
@@ -210,6 +204,8 @@ def main(
                 "--without-gossip",
                 "--without-mingle",
                 "--prefetch-multiplier", "1",
+                # Celery imports these as the worker starts; nothing here names them.
+                *(["--include", settings.worker_include] if settings.worker_include else []),
             ]
         )  # fmt: skip
     finally:

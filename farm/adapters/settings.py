@@ -67,13 +67,22 @@ class Settings(BaseSettings):
     s3_endpoint: str = ""
     """Empty for AWS S3; http://127.0.0.1:PORT for the local SeaweedFS."""
     s3_region: str = "us-east-1"
+    """The store's region (and CloudWatch's for `farm metrics publish`)."""
     s3_bucket: str = "farm"
+    """The bucket that holds scenes, frames, segments, manifests and outputs."""
     s3_access_key: str = ""
     """Empty: the default AWS credential chain (instance role)."""
     s3_secret_key: str = ""
+    """The secret of s3_access_key; empty with it."""
+    weed_jwt_key: str = ""
+    """Signs SeaweedFS's filer and volume requests in docker-compose.yml's store (`farm
+    store-security` writes it into the store's security.toml): 32 or more random characters."""
     flower_url: str = ""
+    """Flower's address, which `farm up` prints and the CLI's live views link to."""
     flower_user: str = ""
+    """The user Flower and the job pages ask for (basic auth)."""
     flower_password: str = ""
+    """That user's password."""
     web_url: str = ""
     """The job pages and Prometheus /metrics (`farm web`), behind the Flower credentials."""
     notify_url: str = ""
@@ -83,6 +92,7 @@ class Settings(BaseSettings):
     lease_s: float = Field(30.0, gt=0)
     """A chunk whose lease is not renewed for this long is taken back by the reconciler."""
     reconcile_interval_s: float = Field(5.0, gt=0)
+    """How often the reconciler looks for expired leases, lost messages and jobs to stitch."""
     max_attempts: int = Field(3, ge=1)
     """Failures a chunk may spend before the job fails; interruptions do not count."""
     max_lost_leases: int = Field(6, ge=1)
@@ -99,6 +109,9 @@ class Settings(BaseSettings):
     """Encode a rendered chunk's segment beside the next render on this worker (workers.host.alongside)
     instead of before it: `auto` where the encoder is NVENC, which leaves the GPU's render engine
     free; a CPU encode would take the cores the render uses."""
+    worker_include: str = ""
+    """Modules of Celery tasks a worker imports beside its own, comma-separated (Celery's
+    `include`; each registers its tasks as it is imported): the benchmarks' bench.tasks."""
     early_upload_keep_h: float = Field(24.0, ge=0)
     """How long a failed or cancelled job keeps the upload its segments were copied into before
     the stitch, for a retry to finish; then the reconciler aborts it (its parts are billed)."""
@@ -122,7 +135,9 @@ class Settings(BaseSettings):
     """`bpy`: Blender 4.5 LTS as the PyPI wheel, run as a child Python (the local farm); else the
     path of a Blender binary of the same release (the worker image's official tarball)."""
     ffmpeg: str = "ffmpeg"
+    """The ffmpeg binary the encode and the stitch run."""
     ffprobe: str = "ffprobe"
+    """The ffprobe binary that checks masters, segments and the delivered video."""
     sandbox: Literal["bwrap", "off"] = "bwrap"
     """How Blender is boxed: `bwrap` (bubblewrap, required on the host) or `off` (no box: only
     for hosts without bwrap that render scenes you trust)."""
@@ -133,6 +148,7 @@ class Settings(BaseSettings):
     tls_cert_file: str = ""
     """Certificate Flower and `farm web` serve https with (empty: plain http on loopback)."""
     tls_key_file: str = ""
+    """The private key of tls_cert_file."""
     max_chunks: int = Field(10_000, ge=1)
     """Cap on chunks per job: each chunk costs the ledger about 1.5 KB of Redis."""
     data_dir: str = ""
@@ -216,9 +232,18 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-def default_config_path(env: Mapping[str, str]) -> Path:
+LOCAL_CONFIG = Path(".farm") / "config.json"
+"""Where `make demo` leaves its farm's config: found in the current folder, as git finds .git."""
+
+
+def default_config_path(env: Mapping[str, str], cwd: Path | None = None) -> Path:
+    """$FARM_CONFIG; else ./.farm/config.json where the current folder has one (never a parent's:
+    a folder up the tree may be another user's); else ~/.config/farm/config.json."""
     if env.get("FARM_CONFIG"):
         return Path(env["FARM_CONFIG"]).expanduser()
+    here = (cwd or Path.cwd()) / LOCAL_CONFIG
+    if here.is_file():
+        return here
     base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "farm" / "config.json"
 

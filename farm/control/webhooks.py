@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from farm.core import notices
+from farm.core.backoff import backoff_s
 from farm.core.errors import FarmError
 from farm.core.notices import Notice
 from farm.ledger import Ledger
@@ -119,7 +120,7 @@ class Notifier:
                 self.ledger.event(notice.job_id, "webhook-dropped", notice=notice.event,
                                   error=delivery.error)  # fmt: skip
                 continue
-            due = time.time() + notices.backoff_s(retry.tries)
+            due = time.time() + backoff_s(retry.tries, cap_s=notices.REDELIVERY_CAP_S)
             log.warning("webhook %s for %s failed (%s); try %d in %.0f s", notice.event,
                         notice.job_id, delivery.error, retry.tries + 1, due - time.time())  # fmt: skip
             self.ledger.replace_notice(member, [(retry, due)])

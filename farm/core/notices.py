@@ -1,5 +1,5 @@
 """Webhook notices (pure): which job events are announced, the JSON body, its signature, the
-retry schedule, and the Lua that keeps the outbox in Redis (farm.ledger runs it).
+retry schedule (the outbox in Redis is farm.ledger.outbox's).
 
 A receiver checks `X-Farm-Signature: sha256=<hex>`, the HMAC-SHA256 of the raw body with the
 farm's webhook secret, and drops repeats by `X-Farm-Delivery` (delivery is at least once).
@@ -70,9 +70,9 @@ class Notice:
         return replace(self, tries=self.tries + 1)
 
 
-def backoff_s(tries: int, *, base_s: float = 2.0, cap_s: float = 600.0) -> float:
-    """Seconds before delivery number `tries + 1`: 2, 4, 8, ... capped at ten minutes."""
-    return float(min(base_s * 2 ** max(tries - 1, 0), cap_s))
+REDELIVERY_CAP_S = 600.0
+"""A delivery that failed `tries` times is tried again after farm.core.backoff.backoff_s(tries,
+cap_s=REDELIVERY_CAP_S): 2, 4, 8, ... s, capped at ten minutes, no jitter."""
 
 
 def payload(
@@ -112,22 +112,3 @@ def sign(data: bytes, secret: str) -> str:
 def verify(data: bytes, secret: str, header: str) -> bool:
     """What a receiver does (and the tests): compare in constant time."""
     return hmac.compare_digest(sign(data, secret), header)
-
-
-# KEYS: 1 the once-only marker, 2 the outbox zset; ARGV: 1 member, 2 due, 3 marker TTL (s)
-PUSH = r"""
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[3])) then
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-  return 1
-end
-return 0
-"""
-
-# KEYS: 1 the outbox zset; ARGV: 1 now, 2 claim until, 3 at most
-# Claims due notices by pushing them past `claim until`: a sender that dies leaves them to be
-# claimed again then (at least once); two senders never claim the same one.
-CLAIM = r"""
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-for _, member in ipairs(due) do redis.call('ZADD', KEYS[1], 'XX', ARGV[2], member) end
-return due
-"""

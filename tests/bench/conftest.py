@@ -1,5 +1,6 @@
 """A local farm for the benchmark tests, started as `python -m bench` starts it: one one-thread
-worker per core, benchmark-only tasks registered (FARM_TASK_PLUGINS=bench.tasks)."""
+worker per core, benchmark-only tasks registered (the workers' Celery include,
+settings.worker_include = bench.tasks)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from farm.ledger import Ledger
 from tests.conftest import LocalFarm
 from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import ChunkAttempt, Outcome
+from workers.attempt.policy import run_chunk_phase
 from workers.host.gpu import Capabilities
-from workers.tasks import run_chunk_phase
 
 pytestmark = pytest.mark.e2e
 

@@ -37,10 +37,10 @@ from tests.integration.conftest import make_job, wait_until
 from workers.attempt.context import WorkerContext
 from workers.attempt.lease import LeaseKeeper
 from workers.attempt.lifecycle import ChunkAttempt, Outcome
+from workers.attempt.policy import run_chunk_phase
 from workers.host.gpu import Capabilities
 from workers.phases.frames import FrameUploader, write_permit
 from workers.phases.segment import gather_frames
-from workers.tasks import run_chunk_phase
 
 RENDER, SEGMENT = PHASES[Phase.RENDER], PHASES[Phase.SEGMENT]
 
@@ -370,13 +370,14 @@ def test_failed_uploads_are_reported_by_kind(
 
 
 def test_a_thread_holds_only_its_own_claim(ctx: WorkerContext) -> None:
-    from workers.attempt import lifecycle as attempt
-
     tokens: dict[str, str] = {}
 
     def claim(name: str, index: int) -> None:
-        run(ctx, index, RENDER, lambda a: Outcome())
-        tokens[name] = attempt.held()
+        def work(a: ChunkAttempt) -> Outcome:
+            tokens[name] = a.token  # the claim this attempt holds, as its value
+            return Outcome()
+
+        run(ctx, index, RENDER, work)
 
     threads = [threading.Thread(target=claim, args=(f"t{i}", i)) for i in (0, 1)]
     for t in threads:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from farm.adapters.settings import Settings
-from workers.host.alongside import Alongside, Paid, claim_fields, end_fields, in_lane, wanted
+from workers.host.alongside import Alongside, LaneRun, Paid, claim_fields, end_fields, wanted
 from workers.host.gpu import Capabilities
 
 
@@ -30,7 +30,7 @@ def test_one_encode_at_a_time_and_a_hand_waits_for_the_one_before() -> None:
     release = threading.Event()
     events: list[str] = []
 
-    def first() -> None:
+    def first(run: LaneRun) -> None:
         events.append("first begins")
         release.wait(5)
         events.append("first ends")
@@ -39,7 +39,7 @@ def test_one_encode_at_a_time_and_a_hand_waits_for_the_one_before() -> None:
     handed = threading.Event()
 
     def second_hand() -> None:
-        lane.hand("second", lambda: events.append("second runs"))
+        lane.hand("second", lambda run: events.append("second runs"))
         handed.set()
 
     threading.Thread(target=second_hand).start()
@@ -55,13 +55,13 @@ def test_an_encode_that_raises_is_logged_and_the_lane_goes_on(
 ) -> None:
     lane = Alongside()
 
-    def broken() -> None:
+    def broken(run: LaneRun) -> None:
         raise RuntimeError("a bug")
 
     ran: list[float] = []
     with caplog.at_level(logging.ERROR, logger="workers.host.alongside"):
         lane.hand("chunk j/3 encode", broken)
-        lane.hand("next", lambda: ran.append(time.monotonic()))  # waits for the broken one
+        lane.hand("next", lambda run: ran.append(time.monotonic()))  # waits for the broken one
     assert "chunk j/3 encode raised alongside" in caplog.text
     lane.close()
     assert len(ran) == 1
@@ -71,7 +71,7 @@ def test_a_closed_lane_refuses_so_the_render_task_runs_the_encode_itself() -> No
     lane = Alongside()
     lane.close()
     ran: list[str] = []
-    assert lane.hand("late", lambda: ran.append("ran")) is False
+    assert lane.hand("late", lambda run: ran.append("ran")) is False
     assert ran == []
 
 
@@ -98,12 +98,17 @@ def test_paid_attempts_running_cover_the_lane_up_to_now_until_the_last_ends() ->
 
 
 def test_only_an_attempt_in_the_lane_reports_its_seconds_alone_and_claims_at_no_price() -> None:
-    assert end_fields() == {}  # a render task's attempt
+    assert end_fields(None) == {}  # a render task's attempt: no LaneRun
     lane = Alongside()
-    seen: list[dict[str, str]] = []
-    lane.hand("encode", lambda: (time.sleep(0.05), seen.append({**end_fields(), "in": in_lane()})))
+    seen: list[dict[str, object]] = []
+
+    def encode(run: LaneRun) -> None:  # what the lane hands its run to (run_chunk_phase)
+        time.sleep(0.05)
+        seen.append({**end_fields(run), "in": isinstance(run, LaneRun)})
+
+    lane.hand("encode", encode)
     lane.close()
-    assert end_fields() == {} and not in_lane()
+    assert end_fields(None) == {}
     assert seen[0]["in"] is True
     assert float(seen[0]["alone_s"]) >= 0.05  # no render ran beside it
     assert claim_fields({"price_per_s": "0.0002", "instance_type": "g5.xlarge"}) == {

@@ -11,7 +11,7 @@ from types import TracebackType
 
 from farm.adapters.proc import Running
 from farm.core.errors import FarmError
-from farm.ledger import Ledger
+from workers.attempt.ports import LeaseLedger
 from workers.attempt.wake import Wakeups
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: LeaseLedger,
         *,
         job_id: str,
         chunk: int,

@@ -1,9 +1,11 @@
 """One chunk attempt, the same for every phase: claim, lease, workspace, run the child, upload its
 log, verify, write the manifest, record, hand off. A phase (workers/phases/render.py, segment.py,
-transcode.py) supplies only its command line, its checks and its manifest fields.
+transcode.py) supplies only its command line, its checks and its manifest fields. The failure
+policy around it is workers.attempt.policy's.
 
-The claim's token travels with the task's thread, never re-read from Redis: an error handler must
-only ever move the chunk it claimed, not a newer attempt's.
+The claim travels as a value, from `claim` to `run_attempt` and to the policy's error handling,
+never re-read from Redis: an error handler must only ever move the chunk it claimed, not a newer
+attempt's.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import shutil
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,39 +32,17 @@ from farm.core.spec import JobSpec
 from farm.ledger import Claim
 from workers.attempt.context import WorkerContext
 from workers.attempt.lease import LeaseKeeper
+from workers.attempt.ports import AttemptLedger
+from workers.host import alongside
+from workers.host.alongside import LaneRun
 
 log = logging.getLogger(__name__)
-_local = threading.local()
 _STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
-
-
-NEXT_CLAIM = "_next_claim"
-"""run_attempt's result key for the next phase's claim (`then`): not for a task's result."""
 
 
 LEASE_MARGIN_S = 5.0
 """How long before its lease could have expired an attempt stops writing (the clock between this
 worker and Redis, a slow upload after the check)."""
-
-
-def take_next_claim(result: dict[str, Any]) -> Claim | None:
-    """The next phase's claim run_attempt made with its done move, out of its result."""
-    found: Claim | None = result.pop(NEXT_CLAIM, None)
-    return found
-
-
-def hold(token: str) -> None:
-    _local.token = token
-
-
-def held() -> str:
-    """This thread's claim token, or '' when the task never claimed its chunk."""
-    token: str = getattr(_local, "token", "")
-    return token
-
-
-def release() -> None:
-    _local.token = ""
 
 
 def attempt_number(token: str) -> int:
@@ -86,6 +66,15 @@ class Outcome:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ended:
+    """How an attempt ended without raising: the task's small result (what Celery keeps) and the
+    next phase's claim its done move made (run_attempt's `then`; None where it took none)."""
+
+    result: dict[str, object]
+    next_claim: Claim | None = None
+
+
 class ChunkAttempt:
     """A claimed chunk under its lease: the phase's work runs inside `with attempt.keeper`."""
 
@@ -103,6 +92,7 @@ class ChunkAttempt:
         """`frames`, `records`: the chunk's frames and their records as the claim brought them
         back (Ledger.claim); read from the ledger when not given."""
         self.ctx = ctx
+        self.ledger: AttemptLedger = ctx.ledger
         self.job = job
         self._frames = frames
         self._records = records
@@ -112,7 +102,7 @@ class ChunkAttempt:
         self.token = token
         self.number = attempt_number(token)
         self.keeper = LeaseKeeper(
-            ctx.ledger,
+            self.ledger,
             job_id=self.job_id,
             chunk=index,
             token=token,
@@ -141,7 +131,7 @@ class ChunkAttempt:
     def frames(self) -> list[int]:
         if self._frames is not None:
             return self._frames
-        frames: list[int] = json.loads(self.ctx.ledger.chunk(self.job_id, self.index)["frames"])
+        frames: list[int] = json.loads(self.ledger.chunk(self.job_id, self.index)["frames"])
         return frames
 
     @cached_property
@@ -149,7 +139,7 @@ class ChunkAttempt:
         """The verified records of this chunk's frames: (size, sha256) by frame."""
         if self._records is not None:
             return self._records
-        return self.ctx.ledger.frame_records(self.job_id, self.frames)
+        return self.ledger.frame_records(self.job_id, self.frames)
 
     def fresh_workspace(self) -> Path:
         shutil.rmtree(self.workspace, ignore_errors=True)
@@ -260,6 +250,41 @@ class ChunkAttempt:
 Work = Callable[[ChunkAttempt], Outcome]
 
 
+def claim(
+    ctx: WorkerContext,
+    job_id: str,
+    index: int,
+    phase: PhaseSpec,
+    *,
+    block_after: int = 0,
+    lane: LaneRun | None = None,
+) -> Claim:
+    """Claim the chunk for `phase`; the claim also brings back the job, the chunk's frames and
+    their records. `block_after` > 0: a worker that failed the job that many times claims
+    nothing (status 'blocked', Claim.blocked its failures: the caller decides; see
+    Ledger.claim). `lane`: an attempt in the encode lane claims at the lane's price."""
+    ledger: AttemptLedger = ctx.ledger
+    return ledger.claim(
+        job_id, index, phase.running, only_from=phase.claim_from, lease_s=ctx.settings.lease_s,
+        worker=ctx.name, block_after=block_after, phase=str(phase.phase),
+        **_lane_claim(ledger, lane),
+    )  # fmt: skip
+
+
+def _lane_claim(ledger: AttemptLedger, lane: LaneRun | None) -> dict[str, str]:
+    """What a claim records over the worker's meter: in the lane, its price (workers.host.alongside)."""
+    return {} if lane is None else alongside.claim_fields(ledger.meter)
+
+
+def unclaimed(job_id: str, index: int, phase: PhaseSpec, claimed: Claim) -> dict[str, object]:
+    """The task's result for a claim that took nothing: the chunk is not this worker's to run."""
+    if claimed.move.status == "missing":
+        return {"skipped": "unknown job"}
+    log.info("chunk %s/%d not claimed for %s (%s, was %s)", job_id, index, phase.phase,
+             claimed.move.status, claimed.move.previous)  # fmt: skip
+    return {"skipped": f"chunk is {claimed.move.previous}"}
+
+
 def run_attempt(
     ctx: WorkerContext,
     job_id: str,
@@ -267,49 +292,28 @@ def run_attempt(
     phase: PhaseSpec,
     work: Work,
     *,
+    claimed: Claim,
     send_next: bool = True,
     block_after: int = 0,
-    claim_fields: Mapping[str, str] | None = None,
-    claimed: Claim | None = None,
     then: PhaseSpec | None = None,
-) -> dict[str, Any]:
-    """Claim the chunk for `phase`, run `work` under the lease, write its manifest last, record
-    the chunk done for this phase and hand it on (`send_next` false: the caller runs the next
-    phase itself). Raises what the work raised (tasks.py turns it into the ledger move the
-    failure policy asks for). `block_after` > 0: a worker that failed the job that many times
-    claims nothing and gets {"blocked": failures} (the caller decides; see Ledger.claim).
-    `claim_fields`: recorded by the claim over the worker's meter (workers.host.alongside's price).
-    `claimed`: the claim made already (by the done move of the phase before, here); `then`: the
-    next phase, which the caller runs here: the done move claims the chunk for it in the same
-    round trip (not on a draining worker), and the result's NEXT_CLAIM holds that claim (None
-    where it took nothing).
+    lane: LaneRun | None = None,
+) -> Ended:
+    """Run `work` under the lease of `claimed` (a claim that took the chunk: `claim`, or the
+    done move of the phase before), write its manifest last, record the chunk done for this
+    phase and hand it on (`send_next` false: the caller runs the next phase itself). Raises what
+    the work raised (workers.attempt.policy turns it into the ledger move the failure policy
+    asks for). `then`: the next phase, which the caller runs here: the done move claims the
+    chunk for it in the same round trip (not on a draining worker; `block_after` as `claim`'s),
+    and Ended.next_claim holds that claim. `lane`: an attempt in the encode lane; its done move
+    records its seconds alone (workers.host.alongside).
 
-    Ledger round trips of a clean attempt: the claim (which also brings back the job, the chunk's
-    frames and their records; none where `claimed`), the lease renewals, and the done move (with
-    the completion gate after the last phase, or the next phase's claim with `then`)."""
-    if claimed is None:
-        claimed = ctx.ledger.claim(
-            job_id,
-            index,
-            phase.running,
-            only_from=phase.claim_from,
-            lease_s=ctx.settings.lease_s,
-            worker=ctx.name,
-            block_after=block_after,
-            phase=str(phase.phase),
-            **(claim_fields or {}),
-        )
-    claim = claimed.move
-    if claim.status == "blocked":
-        return {"job_id": job_id, "chunk": index, "blocked": claimed.blocked}
-    if not claim.moved:
-        if claim.status == "missing":
-            return {"skipped": "unknown job"}
-        log.info("chunk %s/%d not claimed for %s (%s, was %s)", job_id, index, phase.phase,
-                 claim.status, claim.previous)  # fmt: skip
-        return {"skipped": f"chunk is {claim.previous}"}
-    hold(claim.token)
-    attempt = ChunkAttempt(ctx, claimed.job, index, phase, claim.token, frames=claimed.frames,
+    Ledger round trips of a clean attempt: the claim (which also brought back the job, the
+    chunk's frames and their records; none where the phase before claimed it), the lease
+    renewals, and the done move (with the completion gate after the last phase, or the next
+    phase's claim with `then`)."""
+    ledger: AttemptLedger = ctx.ledger
+    token = claimed.move.token
+    attempt = ChunkAttempt(ctx, claimed.job, index, phase, token, frames=claimed.frames,
                            records=claimed.records)  # fmt: skip
     try:
         # The lease covers the whole attempt, downloads and uploads included: a slow store must
@@ -325,18 +329,18 @@ def run_attempt(
         shutil.rmtree(attempt.workspace, ignore_errors=True)
     # After the last phase the same script tries the completion gate (one stitch per job).
     next_claim: Claim | None = None
-    # The phase is done: an outage it rode out is not held against the next (tasks.MAX_TRANSIENT).
-    fields = {**outcome.fields, "transients": 0}
+    # The phase is done: an outage it rode out is not held against the next (policy.MAX_TRANSIENT).
+    fields = {**alongside.end_fields(lane), **outcome.fields, "transients": 0}
     if then is not None and not ctx.drain.active.is_set():
-        move, next_claim = ctx.ledger.move_then_claim(
-            job_id, index, phase.done, token=claim.token, fields=fields,
+        move, next_claim = ledger.move_then_claim(
+            job_id, index, phase.done, token=token, fields=fields,
             then=then.running, then_from=then.claim_from, lease_s=ctx.settings.lease_s,
             worker=ctx.name, block_after=block_after, phase=str(then.phase),
-            **(claim_fields or {}),
+            **_lane_claim(ledger, lane),
         )  # fmt: skip
     else:
-        move = ctx.ledger.move_chunk(
-            job_id, index, phase.done, token=claim.token, gate=phase.next is None, **fields
+        move = ledger.move_chunk(
+            job_id, index, phase.done, token=token, gate=phase.next is None, **fields
         )
     if move.status not in ("ok", "same"):  # 'same': a retried call already recorded it
         raise LeaseLost(f"chunk {index}: could not record the {phase.phase} ({move.status})")
@@ -345,8 +349,10 @@ def run_attempt(
             ctx.dispatch.stitch(job_id)
     elif send_next:
         ctx.dispatch.send(phase.next, job_id, index)
-    done = {"job_id": job_id, "chunk": index, "done": True, **outcome.summary}
-    return done if then is None else {**done, NEXT_CLAIM: next_claim}
+    return Ended(
+        result={"job_id": job_id, "chunk": index, "done": True, **outcome.summary},
+        next_claim=next_claim,
+    )
 
 
 def segment_manifest(

@@ -5,7 +5,7 @@ On a GPU host the render runs on the GPU's CUDA cores and NVENC is a separate en
 encode that followed each render (seconds for a 4K chunk) left the renderer idle for no reason.
 Here the render task hands the chunk's next phase to one lane and returns; Celery gives the
 worker its next render at once. The lane runs the phase exactly as the render task would have
-(workers.tasks.run_chunk_phase: claim, lease, failure policy), so the ledger owns it from its
+(workers.attempt.policy.run_chunk_phase: claim, lease, failure policy), so the ledger owns it from its
 claim: a worker killed mid-encode loses nothing, its lease expires and the segment is sent again.
 One encode at a time: a render that ends while the last one is still encoding waits for it
 (encodes are short beside renders; this only keeps a slow encoder from piling up work that no
@@ -28,15 +28,13 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from farm.adapters.settings import Settings
 from workers.host.gpu import Capabilities
 
 log = logging.getLogger(__name__)
-
-_lane = threading.local()
-"""The lane thread's attempt: when it began and the paid attempts beside it (end_fields)."""
 
 
 def claim_fields(meter: Mapping[str, str]) -> dict[str, str]:
@@ -46,19 +44,25 @@ def claim_fields(meter: Mapping[str, str]) -> dict[str, str]:
     return {"price_per_s": "0", "alone_per_s": meter.get("price_per_s", "0"), "lane": "1"}
 
 
-def end_fields() -> dict[str, Any]:
-    """What the move that ends an attempt records: in the lane, its seconds so far with no paid
-    attempt beside it (the ledger keeps at most the attempt's own seconds); elsewhere nothing."""
-    since: float | None = getattr(_lane, "since", None)
-    if since is None:
-        return {}
-    paid: Paid = _lane.paid
-    return {"alone_s": f"{paid.alone_s(since, time.time()):.3f}"}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneRun:
+    """One run in the lane, handed to what runs there: when it began and the paid attempts
+    beside it. The attempt carries it as an argument (workers.attempt.policy), so it claims at
+    the lane's price and its ending moves record its seconds alone."""
+
+    since: float
+    paid: Paid
+
+    def end_fields(self) -> dict[str, Any]:
+        """What a move that ends the attempt records: its seconds so far with no paid attempt
+        beside it (the ledger keeps at most the attempt's own seconds)."""
+        return {"alone_s": f"{self.paid.alone_s(self.since, time.time()):.3f}"}
 
 
-def in_lane() -> bool:
-    """Whether this thread is the lane's, running an encode there."""
-    return getattr(_lane, "since", None) is not None
+def end_fields(lane: LaneRun | None) -> dict[str, Any]:
+    """What a move that ends an attempt records beside its own fields: in the lane, its seconds
+    alone (LaneRun.end_fields); elsewhere (`lane` None) nothing."""
+    return lane.end_fields() if lane is not None else {}
 
 
 class Paid:
@@ -112,20 +116,17 @@ class Alongside:
         self._last: Future[None] | None = None
         self._closed = False
         self.paid = Paid()
-        """The worker's attempts outside the lane (workers.tasks times each)."""
+        """The worker's attempts outside the lane (workers.attempt.policy times each)."""
 
-    def hand(self, what: str, run: Callable[[], object]) -> bool:
-        """Run `run` in the lane once the encode before it has ended (waits for that one); false
-        once the lane is closed (the caller runs it itself)."""
+    def hand(self, what: str, run: Callable[[LaneRun], object]) -> bool:
+        """Run `run` in the lane, with its LaneRun, once the encode before it has ended (waits
+        for that one); false once the lane is closed (the caller runs it itself)."""
 
         def guarded() -> None:
-            _lane.since, _lane.paid = time.time(), self.paid
             try:
-                run()
+                run(LaneRun(since=time.time(), paid=self.paid))
             except Exception:  # run_chunk_phase records failures itself; this is a bug
                 log.exception("%s raised alongside", what)
-            finally:
-                _lane.since = None
 
         with self._lock:
             if self._closed:
