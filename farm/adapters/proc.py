@@ -121,16 +121,17 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     memory_limit_bytes: int = 0,
-    stdin: int = subprocess.DEVNULL,
+    stdin_pipe: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start a program in its own session, stdout and stderr on one pipe, dying with this
-    process (workers.host.serving keeps one running between chunks, writing to its stdin)."""
+    process. `stdin_pipe`: its stdin a pipe to write to (workers.host.serving keeps one running
+    between chunks, handing it job files there), else empty."""
     try:
         return subprocess.Popen(
             list(argv),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            stdin=stdin,
+            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
             start_new_session=True,
             env=child_env(env),
             cwd=cwd,
@@ -219,10 +220,16 @@ def pump(
             log_file.close()
 
 
+Timeout = subprocess.TimeoutExpired
+"""What `capture` raises when the program outlives its timeout (so callers need not import
+subprocess: this module alone does)."""
+
+
 def capture(
     argv: Sequence[str], timeout_s: float = 60.0, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run a short program and return its output (probes: ffprobe, nvidia-smi)."""
+    """Run a short program and return its output (probes: ffprobe, nvidia-smi, bwrap's trials);
+    past `timeout_s` it is killed and `Timeout` raised."""
     try:
         return subprocess.run(
             list(argv),

@@ -1,4 +1,5 @@
-"""The box a scene's program runs in: bubblewrap (`bwrap`) around an argv, built purely.
+"""The box a scene's program runs in: bubblewrap (`bwrap`) around an argv, built purely (it is run
+by farm.adapters.proc, the one place that runs programs).
 
 A .blend is untrusted: inside the box the system is read-only, only the chunk's own folders are
 writable, the job's asset tree is read-only, there is no network, no farm file (config, secrets,
@@ -11,7 +12,6 @@ import functools
 import glob
 import os
 import stat
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,10 +58,10 @@ class Box:
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra variables for the program (filtered like the inherited ones)."""
     tmpfs_bytes: int = TMPFS_BYTES
-    """Cap on /tmp and /run; 0: none (a bwrap before 0.7 has no --size; see `tmpfs_cap`)."""
+    """Cap on /tmp and /run; 0: none (a bwrap before 0.7 has no --size; see `tmpfs_trial`)."""
     no_userns: bool = False
     """Keep the program from making user namespaces of its own (`--disable-userns`, bubblewrap
-    0.8 and later; see `userns_cap`): with one, code run by a crafted scene holds every
+    0.8 and later; see `userns_trial`): with one, code run by a crafted scene holds every
     capability again inside it, the usual first step of a kernel exploit."""
 
 
@@ -157,26 +157,17 @@ def private_system_paths(root: str = "/etc") -> tuple[tuple[str, ...], tuple[str
     return tuple(sorted(files)), tuple(sorted(folders))
 
 
-@functools.cache
-def userns_cap(bwrap: str) -> bool:
-    """Whether this bwrap can keep a box from making user namespaces (Box.no_userns)."""
-    done = subprocess.run(
-        [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/",
-         "true"],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    return done.returncode == 0
+def userns_trial(bwrap: str) -> list[str]:
+    """A box around `true` that makes no user namespaces inside: it exits 0 where this bwrap
+    can keep a box from making them (Box.no_userns; workers.host.box runs it)."""
+    return [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/",
+            "true"]  # fmt: skip
 
 
-@functools.cache
-def tmpfs_cap(bwrap: str) -> int:
-    """TMPFS_BYTES where this bwrap can cap a tmpfs (`--size`, bubblewrap 0.7 and later), else 0:
-    Ubuntu 22.04's 0.6 would refuse every box with it."""
-    done = subprocess.run(
-        [bwrap, "--size", "1", "--tmpfs", "/tmp", "--ro-bind", "/", "/", "true"],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    return TMPFS_BYTES if done.returncode == 0 else 0
+def tmpfs_trial(bwrap: str) -> list[str]:
+    """A box around `true` with a capped tmpfs: it exits 0 where this bwrap has `--size`
+    (bubblewrap 0.7 and later; Box.tmpfs_bytes; workers.host.box runs it)."""
+    return [bwrap, "--size", "1", "--tmpfs", "/tmp", "--ro-bind", "/", "/", "true"]
 
 
 def unwrapped_returncode(returncode: int) -> int:

@@ -202,13 +202,14 @@ def flower(ctx: click.Context, address: str, port: int) -> None:
 
 @click.command("store-security", hidden=True)
 @click.argument("home", type=click.Path(path_type=Path))
-def store_security(home: Path) -> None:
+@click.pass_context
+def store_security(ctx: click.Context, home: Path) -> None:
     """Write SeaweedFS's security.toml and the store's CA under HOME (docker-compose.yml's
     `s3-security` step): every SeaweedFS port but S3 then wants its client certificate, and the
     filer and volume their JWTs, signed with $FARM_WEED_JWT_KEY."""
     from farm.adapters import weedsec
 
-    key = os.environ.get("FARM_WEED_JWT_KEY", "")
+    key = command_settings(ctx).weed_jwt_key
     if len(key) < 32:
         raise ConfigError(
             "set FARM_WEED_JWT_KEY to 32 or more random characters (openssl rand -hex 32)"
@@ -224,7 +225,8 @@ def store_security(home: Path) -> None:
 def web(ctx: click.Context, address: str, port: int) -> None:
     """Serve the job pages and the Prometheus metrics (/metrics), behind Flower's credentials."""
     from farm.adapters.store import Store
-    from farm.web.app import FarmWeb, serve
+    from farm.web.app import FarmWeb
+    from farm.web.server import serve
 
     logging.getLogger().setLevel(logging.INFO)
     settings = command_settings(ctx).require_farm()

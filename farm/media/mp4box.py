@@ -17,12 +17,15 @@ CONTAINERS = frozenset({b"moov", b"trak", b"edts", b"mdia", b"minf", b"dinf", b"
 U32_MAX = 0xFFFF_FFFF
 
 
-class BoxError(ValueError):
+class AtomError(ValueError):
     """The bytes are not the boxes they claim to be."""
 
 
 @dataclass(frozen=True, slots=True)
-class Box:
+class Atom:
+    """One box of the file, where it lies (QuickTime's word for it: farm.adapters.sandbox.Box is
+    the box a scene runs in)."""
+
     kind: bytes
     start: int
     """Offset of the box's header."""
@@ -31,30 +34,30 @@ class Box:
     end: int
 
 
-def boxes(data: bytes | memoryview, start: int = 0, end: int | None = None) -> list[Box]:
+def boxes(data: bytes | memoryview, start: int = 0, end: int | None = None) -> list[Atom]:
     """The boxes laid end to end in data[start:end]."""
     end = len(data) if end is None else end
     found, at = [], start
     while at < end:
         if at + 8 > end:
-            raise BoxError(f"a truncated box header at {at}")
+            raise AtomError(f"a truncated box header at {at}")
         size, kind = struct.unpack_from(">I4s", data, at)
         body = at + 8
         if size == 1:
             if at + 16 > end:
-                raise BoxError(f"a truncated box header at {at}")
+                raise AtomError(f"a truncated box header at {at}")
             (size,) = struct.unpack_from(">Q", data, at + 8)
             body = at + 16
         elif size == 0:
             size = end - at
         if size < body - at or at + size > end:
-            raise BoxError(f"box {kind!r} at {at} runs past its parent")
-        found.append(Box(kind, at, body, at + size))
+            raise AtomError(f"box {kind!r} at {at} runs past its parent")
+        found.append(Atom(kind, at, body, at + size))
         at += size
     return found
 
 
-def child(data: bytes, parent: Box, kind: bytes) -> Box | None:
+def child(data: bytes, parent: Atom, kind: bytes) -> Atom | None:
     return next((b for b in boxes(data, parent.body, parent.end) if b.kind == kind), None)
 
 
@@ -74,7 +77,7 @@ def version_flags(payload: bytes) -> tuple[int, int]:
 def _u32s(payload: bytes, at: int, count: int) -> list[int]:
     values = array("I", payload[at : at + 4 * count])
     if len(values) != count:
-        raise BoxError("a table shorter than its entry count")
+        raise AtomError("a table shorter than its entry count")
     if sys.byteorder == "little":  # tables are big-endian on disk
         values.byteswap()
     return values.tolist()
@@ -241,7 +244,7 @@ def chunk_offsets(offsets: list[int]) -> bytes:
 def free(size: int) -> bytes:
     """A `free` box of exactly `size` bytes (at least 8): room nobody reads."""
     if size < 8:
-        raise BoxError(f"no free box fits in {size} bytes")
+        raise AtomError(f"no free box fits in {size} bytes")
     return struct.pack(">I4s", size, b"free") + bytes(size - 8)
 
 
@@ -261,7 +264,7 @@ def sample_entry(stsd_payload: bytes) -> tuple[bytes, bytes]:
     (count,) = struct.unpack_from(">I", stsd_payload, 4)
     entries = boxes(stsd_payload, 8)
     if count != 1 or len(entries) != 1:
-        raise BoxError(f"{count} sample descriptions")
+        raise AtomError(f"{count} sample descriptions")
     entry = entries[0]
     fixed_end = entry.body + VISUAL_ENTRY_FIELDS
     fixed = stsd_payload[entry.body : fixed_end]

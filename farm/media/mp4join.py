@@ -228,7 +228,7 @@ def _tables(tracks: list[Track], start: int, placed: list[int]) -> bytes:
     return b"".join(parts)
 
 
-def _rebuild(data: bytes, parent: m.Box, new: dict[bytes, _Patch]) -> bytes:
+def _rebuild(data: bytes, parent: m.Atom, new: dict[bytes, _Patch]) -> bytes:
     """`parent`'s payload with the boxes named in `new` replaced by what it makes of them."""
     out = []
     for b in m.boxes(data, parent.body, parent.end):

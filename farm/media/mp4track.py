@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from farm.media import mp4box as m
-from farm.media.mp4box import Box, BoxError
+from farm.media.mp4box import Atom, AtomError
 
 TOP_LEVEL = frozenset({b"ftyp", b"free", b"skip", b"wide", b"mdat", b"moov"})
 ALLOWED = {
@@ -59,11 +59,11 @@ class Track:
     """(file offset, bytes, samples) of every chunk, in order."""
 
 
-def _payload(data: bytes, b: Box) -> bytes:
+def _payload(data: bytes, b: Atom) -> bytes:
     return data[b.body : b.end]
 
 
-def _children(data: bytes, parent: Box) -> dict[bytes, Box]:
+def _children(data: bytes, parent: Atom) -> dict[bytes, Atom]:
     found = m.boxes(data, parent.body, parent.end)
     allowed = ALLOWED[parent.kind]
     for b in found:
@@ -151,7 +151,7 @@ def _readable(name: str) -> Iterator[None]:
         yield
     except KeyError as exc:  # a box every track needs is not there
         raise CannotJoin(f"{name} has no {exc.args[0]!r} box where one belongs") from exc
-    except (BoxError, struct.error, IndexError) as exc:
+    except (AtomError, struct.error, IndexError) as exc:
         raise CannotJoin(f"{name} has boxes this joiner cannot read ({exc})") from exc
 
 
@@ -203,7 +203,7 @@ def _track(ftyp: bytes, moov: bytes, mdats: list[tuple[int, int]]) -> Track:
     )
 
 
-def _check_self_contained(moov: bytes, minf: dict[bytes, Box]) -> None:
+def _check_self_contained(moov: bytes, minf: dict[bytes, Atom]) -> None:
     dref = m.child(moov, minf[b"dinf"], b"dref")
     entries = m.boxes(moov, dref.body + 8, dref.end) if dref else []
     if len(entries) != 1 or m.version_flags(_payload(moov, entries[0]))[1] & 1 != 1:
@@ -228,7 +228,7 @@ def _presentation_start(durations: list[int], offsets: list[int]) -> int:
     return start
 
 
-def _check_edit(moov: bytes, edts: Box, start: int, scaled_media: int, timescale: int) -> None:
+def _check_edit(moov: bytes, edts: Atom, start: int, scaled_media: int, timescale: int) -> None:
     """One edit, at normal speed, showing the whole track from its first frame."""
     elst = m.child(moov, edts, b"elst")
     edits = m.read_elst(_payload(moov, elst)) if elst else []
@@ -240,7 +240,7 @@ def _check_edit(moov: bytes, edts: Box, start: int, scaled_media: int, timescale
 
 def _chunks(
     table: dict[bytes, bytes],
-    stbl: dict[bytes, Box],
+    stbl: dict[bytes, Atom],
     sizes: list[int],
     mdats: list[tuple[int, int]],
 ) -> list[tuple[int, int, int]]:

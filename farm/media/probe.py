@@ -105,6 +105,17 @@ def packets_argv(ffprobe: str, path: str) -> list[str]:
             "-show_entries", "packet=pts,duration,flags", "-of", "csv=p=0", path]  # fmt: skip
 
 
+def url_format_argv(ffprobe: str, url: str, ca_file: str = DEFAULT_CA_FILE) -> list[str]:
+    """The format only, read over `url` as ffmpeg reads it (`input_options`): whether it can."""
+    verify = option_args(input_options(url, ca_file))
+    return [ffprobe, "-v", "error", *verify, "-show_format", url]
+
+
+def url_readable(ffprobe: str, url: str, ca_file: str = DEFAULT_CA_FILE) -> bool:
+    """Whether ffmpeg can read a master straight from a presigned URL (byte ranges)."""
+    return proc.capture(url_format_argv(ffprobe, url, ca_file), 120).returncode == 0
+
+
 def video_streams(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Video streams that are pictures in motion (album art shows up as a one-frame video)."""
     return [

@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.adapters.sandbox import (
-    Box,
-    minimal_env,
-    tmpfs_cap,
-    unwrapped_returncode,
-    userns_cap,
-    wrap,
-)
+from farm.adapters.sandbox import Box, minimal_env, unwrapped_returncode, wrap
+from workers.host.box import tmpfs_cap, userns_cap
 
 WORKER_ENV = {
     "PATH": "/usr/bin:/bin",

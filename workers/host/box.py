@@ -1,4 +1,5 @@
-"""The box a chunk's Blender runs in, from the worker's settings (farm.adapters.sandbox builds the argv).
+"""The box a chunk's Blender runs in, from the worker's settings and what this host's bwrap can do
+(farm.adapters.sandbox builds the argv, farm.adapters.proc runs it).
 
 `sandbox = "bwrap"` (the default) refuses to render when bwrap is missing: an untrusted scene never
 runs unboxed unless the settings say `off` explicitly.
@@ -6,19 +7,31 @@ runs unboxed unless the settings say `off` explicitly.
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
 import shutil
 import stat
-import subprocess
 from pathlib import Path
 
-from farm.adapters.sandbox import Box, gpu_devices, program_dirs, tmpfs_cap, userns_cap, wrap
+from farm.adapters import proc
+from farm.adapters.sandbox import (
+    TMPFS_BYTES,
+    Box,
+    gpu_devices,
+    program_dirs,
+    tmpfs_trial,
+    userns_trial,
+    wrap,
+)
 from farm.adapters.settings import Settings
 from farm.core.errors import ConfigError, PermanentError
 
 log = logging.getLogger(__name__)
+
+TRIAL_TIMEOUT_S = 30.0
+"""A box around `true` starts in milliseconds; one still not done by then will not be."""
 
 
 def render_box(
@@ -59,6 +72,19 @@ def host_box(
     )  # fmt: skip
 
 
+@functools.cache
+def userns_cap(bwrap: str) -> bool:
+    """Whether this bwrap can keep a box from making user namespaces (Box.no_userns)."""
+    return proc.capture(userns_trial(bwrap), TRIAL_TIMEOUT_S).returncode == 0
+
+
+@functools.cache
+def tmpfs_cap(bwrap: str) -> int:
+    """TMPFS_BYTES where this bwrap can cap a tmpfs (`--size`, bubblewrap 0.7 and later), else 0:
+    Ubuntu 22.04's 0.6 would refuse every box with it."""
+    return TMPFS_BYTES if proc.capture(tmpfs_trial(bwrap), TRIAL_TIMEOUT_S).returncode == 0 else 0
+
+
 def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) -> None:
     """A worker that would render without a box, or on a host where no box can be made,
     refuses to start (ConfigError), rather than failing each chunk it takes (and with them the
@@ -76,11 +102,9 @@ def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) 
     # (Docker's default seccomp and AppArmor profiles refuse its namespaces) fails here.
     trial = host_box(bwrap)
     try:
-        done = subprocess.run(
-            wrap(["true"], trial), capture_output=True, text=True, timeout=30, check=False
-        )
+        done = proc.capture(wrap(["true"], trial), TRIAL_TIMEOUT_S)
         said = done.stderr.strip() or f"exit {done.returncode}"
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, PermanentError, proc.Timeout) as exc:  # PermanentError: bwrap is gone
         done, said = None, str(exc)
     if done is None or done.returncode != 0:
         raise ConfigError(

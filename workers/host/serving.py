@@ -14,7 +14,6 @@ import json
 import logging
 import queue
 import shutil
-import subprocess
 import threading
 import time
 from collections import deque
@@ -89,7 +88,7 @@ class WarmBlender:
         """Started ahead of any job, over these folders, until a job adopts it."""
         self.places: dict[Path, Path] = {}
         """Where its folders are now (a job's) to where its box shows them (WarmPool.adopt)."""
-        self.popen = spawn(argv, memory_limit_bytes=memory_limit_bytes, stdin=subprocess.PIPE)
+        self.popen = spawn(argv, memory_limit_bytes=memory_limit_bytes, stdin_pipe=True)
         self.serving = threading.Event()
         """Its script runs: the box's folders are bound (a ready Blender's may move now)."""
         # Bounded: a Blender that prints while no chunk reads it waits, rather than growing this.

@@ -10,12 +10,11 @@ from __future__ import annotations
 import logging
 import time
 
-from farm.adapters.proc import capture
 from farm.core.errors import PermanentError
 from farm.core.sources import MasterInfo
 from farm.core.spec import EncoderChoice, JobSpec
 from farm.media.ffgraph import EncodeSettings, choose_encoder
-from farm.media.probe import input_name, input_options, option_args, probe_streams
+from farm.media.probe import input_name, probe_streams, url_readable
 from farm.media.transcode_graph import SegmentCut, default_quality, seek_seconds, segment_argv
 from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import ChunkAttempt, Outcome, segment_manifest
@@ -32,9 +31,7 @@ def master_source(ctx: WorkerContext, key: str) -> tuple[str, str]:
     """(what ffmpeg opens, how it is read): a presigned URL, or the cached local copy."""
     url = ctx.store.presign_get(key, URL_TTL_S)
     if key not in _RANGED:
-        verify = option_args(input_options(url, ctx.settings.ca_file))
-        probe = capture([ctx.settings.ffprobe, "-v", "error", *verify, "-show_format", url], 120)
-        _RANGED[key] = probe.returncode == 0
+        _RANGED[key] = url_readable(ctx.settings.ffprobe, url, ctx.settings.ca_file)
         if not _RANGED[key]:
             log.warning("ffmpeg cannot read %s over a presigned URL; using a local copy", key)
     if _RANGED[key]:
