@@ -1,1 +1,2 @@
-"""What the farm serves over HTTP: the job pages (app, jobpage) and the Prometheus exporter."""
+"""What the farm serves over HTTP: the job pages (app, jobpage, templates/) and the Prometheus
+exporter, on tornado's HTTP server (server)."""

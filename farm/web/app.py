@@ -2,7 +2,7 @@
 
 /metrics is the Prometheus exporter (farm.web.exporter); / and /jobs/<id> are the job pages
 (farm.web.jobpage), with thumbnails and logs proxied from the store and the video by presigned URL.
-A WSGI app on the standard library's threaded server: a few routes do not need a framework.
+A plain WSGI app, served by farm.web.server: a few routes do not need a framework.
 """
 
 from __future__ import annotations
@@ -12,21 +12,18 @@ import binascii
 import hmac
 import logging
 import re
-import socketserver
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry
 
 from farm.adapters.store import Store
-from farm.adapters.tls import server_context
 from farm.core import keys
 from farm.core.errors import FarmError
 from farm.core.report import job_summary
-from farm.ledger import Ledger
+from farm.ledger.ports import WebLedger
 from farm.web import jobpage
 from farm.web.exporter import registry_for, scrape
 
@@ -67,7 +64,7 @@ def _t(value: str | None) -> float | None:
 
 @dataclass(slots=True, kw_only=True)
 class FarmWeb:
-    ledger: Ledger
+    ledger: WebLedger
     store: Store
     user: str
     password: str
@@ -191,27 +188,3 @@ THUMB_MAX_BYTES = 4 << 20
 """A thumbnail is a few KiB; anything near this was not made by the farm's thumbnailer."""
 LOG_MAX_BYTES = 4 << 20
 """The end of a longer log is shown: the page's server holds what it sends in memory."""
-
-
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-
-def serve(app: FarmWeb, host: str, port: int, tls_files: tuple[str, str] | None = None) -> None:
-    """Serve until stopped (SIGTERM from `farm down`); https when given (cert, key) files."""
-    with make_server(host, port, app, server_class=_Server, handler_class=_Quiet) as server:
-        if tls_files:
-            context = server_context(*tls_files)
-            # The handshake runs on first read, in the request's thread: a slow client never
-            # holds up accept().
-            server.socket = context.wrap_socket(
-                server.socket, server_side=True, do_handshake_on_connect=False
-            )
-        scheme = "https" if tls_files else "http"
-        log.info("farm web on %s://%s:%d (metrics at /metrics)", scheme, host, port)
-        server.serve_forever()

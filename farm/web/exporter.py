@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from farm.control.census import Census, take
 from farm.core.errors import FarmError
-from farm.ledger import Ledger
+from farm.ledger.ports import CensusLedger
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class LedgerCollector(Collector):
         self._census = census
 
     @classmethod
-    def for_ledger(cls, ledger: Ledger) -> LedgerCollector:
+    def for_ledger(cls, ledger: CensusLedger) -> LedgerCollector:
         return cls(lambda: take(ledger))
 
     def collect(self) -> Iterator[Metric]:
@@ -177,7 +177,7 @@ class LedgerCollector(Collector):
         yield from families(census)
 
 
-def registry_for(ledger: Ledger) -> CollectorRegistry:
+def registry_for(ledger: CensusLedger) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LedgerCollector.for_ledger(ledger))
     return registry

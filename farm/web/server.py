@@ -1,0 +1,134 @@
+"""The HTTP server `farm web` runs its WSGI app on (farm.web.app): tornado's, the app on threads.
+
+Tornado because a connection costs it no thread: TLS handshakes and request reads run on its event
+loop, so a slow or half-open client never holds up another (cheroot shakes hands on its one accept
+thread; waitress has no TLS). It takes our SSLContext as it is, keeps connections alive, and stops
+gracefully; Flower depends on it already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tornado import httputil
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from tornado.wsgi import WSGIContainer
+
+from farm.adapters.tls import server_context
+
+log = logging.getLogger(__name__)
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+THREADS = 16
+"""Requests answered at once: each reads the ledger and the store, blocking."""
+IDLE_S = 60.0
+"""A connection that sends no request for this long is closed (it holds a socket, no thread)."""
+BODY_MAX_BYTES = 64 << 10
+"""Every page is a GET; tornado reads a request's body whole before the app sees it."""
+GRACE_S = 5.0
+"""On a stop, how long the requests under way get to finish."""
+
+
+class _Container(WSGIContainer):
+    """Counts the requests under way, so that a stop lets them finish, and logs each at debug:
+    the access log is no part of the web's log (as with the standard library's server before)."""
+
+    def __init__(self, app: WSGIApp, executor: ThreadPoolExecutor) -> None:
+        super().__init__(_answering(app), executor=executor)
+        self.busy = 0  # touched on the event loop only
+
+    async def handle_request(self, request: httputil.HTTPServerRequest) -> None:
+        self.busy += 1
+        try:
+            await super().handle_request(request)
+        finally:
+            self.busy -= 1
+
+    async def settle(self, grace_s: float) -> None:
+        deadline = time.monotonic() + grace_s
+        while self.busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    def _log(self, status_code: int, request: httputil.HTTPServerRequest) -> None:
+        log.debug("%s %s %s %d", request.remote_ip, request.method, request.path, status_code)
+
+
+def _answering(app: WSGIApp) -> WSGIApp:
+    """The app, answering 500 when it raises: tornado would leave the client waiting."""
+
+    def answer(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        try:
+            return app(environ, start_response)
+        except Exception:
+            log.exception("%s failed", environ.get("PATH_INFO", "/"))
+            start_response(
+                "500 Internal Server Error", [("Content-Type", "text/plain")], sys.exc_info()
+            )
+            return [b"farm: the page failed; the web's log says why\n"]
+
+    return answer
+
+
+class WebServer:
+    """A WSGI app on `host:port`, bound when made (port 0: a free one, then in `port`)."""
+
+    def __init__(
+        self, app: WSGIApp, host: str, port: int, tls_files: tuple[str, str] | None = None
+    ) -> None:
+        self.app = app
+        self.scheme = "https" if tls_files else "http"
+        self._context = server_context(*tls_files) if tls_files else None
+        # IPv4 on the one address asked for, as the standard library's server bound it.
+        self._sockets = bind_sockets(port, host or None, family=socket.AF_INET)
+        self.port: int = self._sockets[0].getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._stopping = asyncio.Event()
+
+    def run(self, stop_signals: tuple[signal.Signals, ...] = ()) -> None:
+        """Serve until `stop()` or one of `stop_signals`, then let the requests under way end."""
+        try:
+            self._loop.run_until_complete(self._serve(stop_signals))
+        finally:
+            for sock in self._sockets:
+                sock.close()
+            self._loop.close()
+
+    def stop(self) -> None:
+        """Ask `run` to return; from any thread."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+
+    async def _serve(self, stop_signals: tuple[signal.Signals, ...]) -> None:
+        for signum in stop_signals:
+            asyncio.get_running_loop().add_signal_handler(signum, self._stopping.set)
+        pool = ThreadPoolExecutor(THREADS, thread_name_prefix="farm-web")
+        container = _Container(self.app, pool)
+        server = HTTPServer(
+            container, ssl_options=self._context, idle_connection_timeout=IDLE_S,
+            max_body_size=BODY_MAX_BYTES,
+        )  # fmt: skip
+        server.add_sockets(self._sockets)
+        try:
+            await self._stopping.wait()
+        finally:
+            server.stop()  # no new connections
+            await container.settle(GRACE_S)
+            await server.close_all_connections()
+            pool.shutdown(wait=False, cancel_futures=True)  # a request stuck past the grace
+
+
+def serve(app: WSGIApp, host: str, port: int, tls_files: tuple[str, str] | None = None) -> None:
+    """Serve until SIGTERM (`farm down`) or Ctrl-C; https when given (cert, key) files."""
+    server = WebServer(app, host, port, tls_files)
+    log.info("farm web on %s://%s:%d (metrics at /metrics)", server.scheme, host, server.port)
+    server.run(stop_signals=(signal.SIGTERM, signal.SIGINT))
+    log.info("farm web stopped")
