@@ -13,7 +13,7 @@ APT_PACKAGES := redis-server ffmpeg blender bubblewrap $(BPY_RUNTIME) chromium t
 DATA ?= .farm
 export FARM_CONFIG ?= $(CURDIR)/$(DATA)/config.json
 
-.PHONY: setup system-packages venv tools demo test test-fast unit lint typecheck bench up down clean
+.PHONY: setup system-packages venv tools demo test test-fast unit lint typecheck bench docs up down clean
 
 setup: system-packages venv tools
 
@@ -47,7 +47,8 @@ demo: setup
 	job=$$($(BIN)/farm submit scenes/demo.blend --frames 1-120 --chunk-size 10 $$size --wait --json | \
 	  $(BIN)/python -c 'import json,sys; j=json.load(sys.stdin); print(j["id"]) if j["state"]=="done" else sys.exit("demo job " + j["state"] + ": " + j["error"])') && \
 	mkdir -p out && $(BIN)/farm fetch $$job out/demo.mp4 && \
-	echo "the demo video is at $(CURDIR)/out/demo.mp4 (Flower: see 'farm up' above; 'make down' stops the farm)"
+	echo "the demo video is at $(CURDIR)/out/demo.mp4 (Flower: see 'farm up' above; 'make down' stops the farm)" && \
+	echo "the farm is still up, its config in $(FARM_CONFIG): try $(BIN)/farm jobs (in this folder farm finds ./.farm/config.json)"
 
 up: venv
 	$(BIN)/farm up --data $(DATA)
@@ -67,15 +68,20 @@ unit: venv
 
 # The import contracts (pyproject.toml's [tool.importlinter]) are the house's floors.
 lint: venv
-	$(BIN)/ruff check farm workers tests bench scenes
+	$(BIN)/ruff check farm workers tests bench scenes docs
 	$(BIN)/lint-imports
-	$(BIN)/ruff format --check farm workers tests bench scenes
+	$(BIN)/ruff format --check farm workers tests bench scenes docs
 
 typecheck: venv
 	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/python -m bench
+
+# The tables in docs/ made from the code and bench/results/*.json (docs/tables.py); a test fails
+# while a page differs from them.
+docs: venv
+	$(BIN)/python docs/tables.py
 
 clean: down
 	rm -rf $(DATA) out

@@ -74,7 +74,8 @@ def _hint(ctx: click.Context, exc: FarmError) -> str:
     "config_path",
     type=click.Path(path_type=Path),
     default=None,
-    help="Config file (default: $FARM_CONFIG or ~/.config/farm/config.json).",
+    help="Config file (default: $FARM_CONFIG, else ./.farm/config.json where the current "
+    "folder has one, else ~/.config/farm/config.json).",
 )
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:

@@ -23,7 +23,7 @@ from farm.core.pipeline import (
 )
 from farm.core.spec import JobKind
 from farm.core.state import ChunkState, JobState
-from farm.ledger.lua import RENEW
+from farm.ledger.lua import source
 
 
 def walk(kind: JobKind) -> list[ChunkState]:
@@ -142,6 +142,7 @@ def test_running_states_lookup() -> None:
 
 
 def test_the_renewal_script_accepts_exactly_the_running_states() -> None:
+    RENEW = source("renew")
     for state in running_states():
         assert f"['{state}']=true" in RENEW
     assert "['rendered']" not in RENEW
@@ -159,16 +160,22 @@ def test_final_job_states() -> None:
 
 
 def test_backoff_grows_is_capped_and_jitters_within_half_a_step() -> None:
-    from workers.tasks import backoff_s
+    from functools import partial
+
+    from farm.core import backoff
+    from workers.attempt.policy import RETRY_CAP_S
+
+    backoff_s = partial(backoff.backoff_s, cap_s=RETRY_CAP_S)  # a chunk's retry, as the worker's
 
     assert [backoff_s(n, jitter=1.0) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 16.0]
     assert backoff_s(1, jitter=0.0) == 1.0
     assert backoff_s(20, jitter=0.999) < 120.0 and backoff_s(20, jitter=0.0) == 60.0
 
 
-def test_the_readme_shows_the_pipeline_as_declared() -> None:
+def test_the_architecture_page_shows_the_pipeline_as_declared() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    shown = readme.split("<!-- pipeline:begin -->\n", 1)[1].split("\n<!-- pipeline:end -->", 1)[0]
-    assert shown == markdown_table(), "paste farm.core.pipeline.markdown_table() into the README"
+    page = Path(__file__).resolve().parents[2] / "docs" / "design" / "architecture.md"
+    shown = page.read_text().split("<!-- pipeline:begin -->\n", 1)[1]
+    shown = shown.split("\n<!-- pipeline:end -->", 1)[0]
+    assert shown == markdown_table(), "run `make docs` (docs/tables.py) to write the table"
