@@ -282,37 +282,10 @@ def up(
             "run `farm down` first"
         )
     keys = _secrets(data)
-    wanted = ["redis", "flower", "web", *("weed." + n for n in _WEED_PORTS)]
-    farm.ports = {n: p for n, p in farm.ports.items() if n in wanted and _port_free(p)}
-    for name in wanted:
-        # A port free a moment ago may be handed out again: never give two servers the same one.
-        while name not in farm.ports or list(farm.ports.values()).count(farm.ports[name]) > 1:
-            farm.ports[name] = free_port()
+    _assign_ports(farm)
     farm.pids = {}
     certs = tls.ensure_local_ca(data / "tls")
-    ca, cert, key = certs
-    scheme = "https" if use_tls else "http"
-    redis_url = f"redis://:{keys['redis_password']}@{HOST}:{farm.ports['redis']}/0"
-    if use_tls:
-        redis_url = tls.rediss_url(keys["redis_password"], HOST, farm.ports["redis"], ca)
-    settings = base.replace(
-        redis_url=redis_url,
-        s3_endpoint=f"{scheme}://{HOST}:{farm.ports['weed.s3.port']}",
-        s3_bucket="farm",
-        s3_access_key=keys["s3_access_key"],
-        s3_secret_key=keys["s3_secret_key"],
-        flower_url=f"{scheme}://{HOST}:{farm.ports['flower']}",
-        flower_user=keys["flower_user"],
-        flower_password=keys["flower_password"],
-        web_url=f"{scheme}://{HOST}:{farm.ports['web']}",
-        ca_file=str(ca) if use_tls else "",
-        tls_cert_file=str(cert) if use_tls else "",
-        tls_key_file=str(key) if use_tls else "",
-        webhook_secret=base.webhook_secret or keys["webhook_secret"],
-        data_dir=str(data),
-        scratch_dir=str(data / "scratch"),
-        imds_url="",  # no instance metadata service off EC2: no spot watcher to run
-    )
+    settings = _farm_settings(base, data, farm.ports, keys, certs, use_tls=use_tls)
     save_settings(settings, config_path)
     env = {**os.environ, "FARM_CONFIG": str(config_path)}
     try:
@@ -323,40 +296,8 @@ def up(
         _wait_for("Redis", ledger.ping, 30, data / "logs/redis.log")
         store = Store.from_settings(settings)
         _wait_for("the S3 server", store.ensure_bucket, 90, data / "logs/s3.log")
-        shares = worker_cpus(workers, pin)
-        for i in range(workers):
-            name = f"worker{i + 1}@{socket.gethostname()}"
-            argv = [
-                sys.executable,
-                "-m",
-                "workers",
-                "--queues",
-                "auto",
-                "--concurrency",
-                "1",
-                "--name",
-                name,
-                "--threads",
-                str(threads),
-            ]
-            if shares:
-                argv += ["--cpus", cpus.format_list(shares[i])]
-            farm.pids[f"worker{i + 1}"] = proc.spawn_daemon(
-                argv, log_path=data / f"logs/worker{i + 1}.log", env=env
-            )
-        farm.pids["reconciler"] = proc.spawn_daemon(
-            _farm_cmd("reconcile"), log_path=data / "logs/reconciler.log", env=env
-        )
-        farm.pids["flower"] = proc.spawn_daemon(
-            _farm_cmd("flower", "--address", HOST, "--port", str(farm.ports["flower"])),
-            log_path=data / "logs/flower.log",
-            env=env,
-        )
-        farm.pids["web"] = proc.spawn_daemon(
-            _farm_cmd("web", "--address", HOST, "--port", str(farm.ports["web"])),
-            log_path=data / "logs/web.log",
-            env=env,
-        )
+        _start_workers(farm, env, workers, threads, worker_cpus(workers, pin))
+        _start_services(farm, env)
         farm.save()
         _wait_for(
             "Flower",
@@ -380,6 +321,83 @@ def up(
         down(data)
         raise
     return settings, True
+
+
+def _assign_ports(farm: Farm) -> None:
+    """Keep each server's port from the last run where it is still free; a new one elsewhere."""
+    wanted = ["redis", "flower", "web", *("weed." + n for n in _WEED_PORTS)]
+    farm.ports = {n: p for n, p in farm.ports.items() if n in wanted and _port_free(p)}
+    for name in wanted:
+        # A port free a moment ago may be handed out again: never give two servers the same one.
+        while name not in farm.ports or list(farm.ports.values()).count(farm.ports[name]) > 1:
+            farm.ports[name] = free_port()
+
+
+def _farm_settings(
+    base: Settings,
+    data: Path,
+    ports: dict[str, int],
+    keys: dict[str, str],
+    certs: tuple[Path, Path, Path],
+    *,
+    use_tls: bool,
+) -> Settings:
+    """The settings every process of this farm reads: its addresses, passwords and folders."""
+    ca, cert, key = certs
+    scheme = "https" if use_tls else "http"
+    redis_url = f"redis://:{keys['redis_password']}@{HOST}:{ports['redis']}/0"
+    if use_tls:
+        redis_url = tls.rediss_url(keys["redis_password"], HOST, ports["redis"], ca)
+    return base.replace(
+        redis_url=redis_url,
+        s3_endpoint=f"{scheme}://{HOST}:{ports['weed.s3.port']}",
+        s3_bucket="farm",
+        s3_access_key=keys["s3_access_key"],
+        s3_secret_key=keys["s3_secret_key"],
+        flower_url=f"{scheme}://{HOST}:{ports['flower']}",
+        flower_user=keys["flower_user"],
+        flower_password=keys["flower_password"],
+        web_url=f"{scheme}://{HOST}:{ports['web']}",
+        ca_file=str(ca) if use_tls else "",
+        tls_cert_file=str(cert) if use_tls else "",
+        tls_key_file=str(key) if use_tls else "",
+        webhook_secret=base.webhook_secret or keys["webhook_secret"],
+        data_dir=str(data),
+        scratch_dir=str(data / "scratch"),
+        imds_url="",  # no instance metadata service off EC2: no spot watcher to run
+    )
+
+
+def _start_workers(
+    farm: Farm,
+    env: dict[str, str],
+    workers: int,
+    threads: int,
+    shares: list[tuple[int, ...]] | None,
+) -> None:
+    """`workers` worker processes, each on its share of the CPUs where there are shares."""
+    for i in range(workers):
+        name = f"worker{i + 1}@{socket.gethostname()}"
+        argv = [sys.executable, "-m", "workers", "--queues", "auto", "--concurrency", "1"]
+        argv += ["--name", name, "--threads", str(threads)]
+        if shares:
+            argv += ["--cpus", cpus.format_list(shares[i])]
+        farm.pids[f"worker{i + 1}"] = proc.spawn_daemon(
+            argv, log_path=farm.data / f"logs/worker{i + 1}.log", env=env
+        )
+
+
+def _start_services(farm: Farm, env: dict[str, str]) -> None:
+    """The reconciler, Flower and the job pages, each on its own port."""
+    farm.pids["reconciler"] = proc.spawn_daemon(
+        _farm_cmd("reconcile"), log_path=farm.data / "logs/reconciler.log", env=env
+    )
+    for name in ("flower", "web"):
+        farm.pids[name] = proc.spawn_daemon(
+            _farm_cmd(name, "--address", HOST, "--port", str(farm.ports[name])),
+            log_path=farm.data / f"logs/{name}.log",
+            env=env,
+        )
 
 
 def down(data: Path, grace_s: float = 15.0) -> list[str]:

@@ -22,11 +22,12 @@ from farm.core.errors import PermanentError
 from farm.core.pipeline import PHASES, Phase
 from farm.core.spec import JobSpec
 from workers.attempt.context import WorkerContext
+from workers.attempt.lease import LeaseKeeper
 from workers.attempt.lifecycle import ChunkAttempt, Outcome
 from workers.host import spot
 from workers.host.box import render_box
 from workers.host.serving import Ready
-from workers.host.warm import Start
+from workers.host.warm import Start, WarmPool
 from workers.phases import autochunk
 from workers.phases.frames import FrameUploader, frames_to_render, kept, write_permit
 from workers.phases.scene_tree import build_tree, tree_remap
@@ -230,35 +231,13 @@ def _run_blender(
     progress = _Progress(nonce=nonce, out_dir=out_dir, todo=list(todo))
     runner: Callable[..., Result] = run
     if ctx.warm is not None:
-        pool = ctx.warm
-
-        def on_warm(boxed: list[str], **kw: Any) -> Result:
-            result, progress.start = pool.run(
-                boxed, job, job_path, nonce, label=attempt.job_id, **kw
-            )
-            return result
-
-        runner = on_warm
-
-    def spot_check() -> str:
-        deadline = ctx.drain.deadline
-        if deadline is None:
-            return ""
-        remaining = len(kept(todo, keeper.split_last)) - len(uploader.done)
-        if spot.can_finish(
-            remaining_frames=remaining,
-            frame_time_s=progress.frame_time_s(),
-            deadline=deadline,
-            now=time.time(),
-        ):
-            return ""
-        return f"spot interruption: {remaining} frames cannot finish before the deadline"
+        runner = _on_warm(ctx.warm, job, job_path, nonce, attempt.job_id, progress)
 
     def failed_at() -> str:
         frame = progress.failed_frame(todo)
         return f" on frame {frame}" if frame is not None else ""
 
-    keeper.should_stop = spot_check
+    keeper.should_stop = _spot_check(ctx, todo, keeper, uploader, progress)
     keeper.on_split = lambda last: write_permit(permit, last)
     if keeper.split_last is not None:  # split before Blender started
         write_permit(permit, keeper.split_last)
@@ -294,6 +273,45 @@ def _run_blender(
             f"Blender reported success but frames {missing} were not saved{rejected}"
         )
     return progress
+
+
+def _on_warm(
+    pool: WarmPool, job: dict[str, Any], job_path: Path, nonce: str, label: str, progress: _Progress
+) -> Callable[..., Result]:
+    """A runner that hands the chunk to the job's warm Blender instead of starting one."""
+
+    def on_warm(boxed: list[str], **kw: Any) -> Result:
+        result, progress.start = pool.run(boxed, job, job_path, nonce, label=label, **kw)
+        return result
+
+    return on_warm
+
+
+def _spot_check(
+    ctx: WorkerContext,
+    todo: list[int],
+    keeper: LeaseKeeper,
+    uploader: FrameUploader,
+    progress: _Progress,
+) -> Callable[[], str]:
+    """The lease keeper's stop test while draining: why the frames left cannot finish before
+    the drain's deadline, or "" while they can (or there is no deadline)."""
+
+    def spot_check() -> str:
+        deadline = ctx.drain.deadline
+        if deadline is None:
+            return ""
+        remaining = len(kept(todo, keeper.split_last)) - len(uploader.done)
+        if spot.can_finish(
+            remaining_frames=remaining,
+            frame_time_s=progress.frame_time_s(),
+            deadline=deadline,
+            now=time.time(),
+        ):
+            return ""
+        return f"spot interruption: {remaining} frames cannot finish before the deadline"
+
+    return spot_check
 
 
 def memory_limit(ctx: WorkerContext, device: str) -> int:
