@@ -128,9 +128,6 @@ class LedgerBase:
         self.meter: dict[str, str] = {}
         """Fields every claim through this ledger records (a worker's instance type, lifecycle
         and price per second: cost.Instance.claim_fields), so each attempt is priced."""
-        self.ending: Callable[[], dict[str, Any]] = dict
-        """Fields every move that ends an attempt (a move under its token) records beside its
-        own: in a worker, the encode lane's seconds alone (workers.host.alongside.end_fields)."""
 
     @classmethod
     def from_url(cls, url: str, *, ride_out_s: float = 0.0) -> Self:

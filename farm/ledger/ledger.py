@@ -239,8 +239,6 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
                 self.enforce_budget(job_id)
             else:
                 flags += "b"
-        elif token:  # a move that ends an attempt
-            fields = {**self.ending(), **fields}
         allowed = sources_of(target) if only_from is None else only_from
         if mode in ("fail", "expire") and only_from is None:
             # A failure or lost lease may send a running chunk past its phase's own return

@@ -96,27 +96,27 @@ def test_an_encode_in_the_lane_pays_only_for_its_seconds_with_no_render_beside_i
     assert record["cost"] == pytest.approx(record["s"] * 0.01)
 
 
-def test_every_move_that_ends_an_attempt_records_the_ledgers_ending_fields(
+def test_every_move_that_ends_an_attempt_records_the_lanes_seconds_alone(
     ledger: Ledger,
 ) -> None:
-    """A worker sets `ending` to the lane's end_fields: the moves that end its attempts (done,
-    failed) carry them without each caller adding them; only the lane's claim prices them."""
+    """The moves that end an attempt (done, failed) carry the lane's seconds alone
+    (alongside.LaneRun's end fields); only the lane's claim prices them."""
     ledger.meter = METER
-    ledger.ending = lambda: {"alone_s": "0.05"}
+    alone = {"alone_s": "0.05"}
     _job(ledger)
     lane = alongside.claim_fields(METER)
     for index, end in ((0, "done"), (1, "fail")):
         token = _claim(ledger, index)
-        ledger.move_chunk("j1", index, ChunkState.RENDERED, token=token)
+        ledger.move_chunk("j1", index, ChunkState.RENDERED, token=token, **alone)
         claim = ledger.move_chunk(
             "j1", index, ChunkState.ENCODING, mode="claim", lease_s=30, **lane
         )
         time.sleep(0.1)  # longer than its 0.05 s alone (the ledger keeps no more than it lasted)
         if end == "done":
-            ledger.move_chunk("j1", index, ChunkState.DONE, token=claim.token)
+            ledger.move_chunk("j1", index, ChunkState.DONE, token=claim.token, **alone)
         else:
             ledger.move_chunk("j1", index, ChunkState.RENDERED, token=claim.token, mode="fail",
-                              max_failures=3)  # fmt: skip
+                              max_failures=3, **alone)  # fmt: skip
     records = ledger.attempt_records("j1")
     encodes = [r for r in records if r["phase"] == "encoding"]
     assert [r["cost"] for r in encodes] == pytest.approx([0.05 * 0.01] * 2)
