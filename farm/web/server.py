@@ -9,6 +9,7 @@ gracefully; Flower depends on it already.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -20,6 +21,8 @@ from typing import Any
 
 from tornado import httputil
 from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets
 from tornado.wsgi import WSGIContainer
 
@@ -47,6 +50,11 @@ class _Container(WSGIContainer):
         self.busy = 0  # touched on the event loop only
 
     async def handle_request(self, request: httputil.HTTPServerRequest) -> None:
+        try:
+            self.environ(request)
+        except ValueError:  # tornado reads Host's port with int(), before the app is called
+            _refuse(request, "the Host header's port is not a number")
+            return
         self.busy += 1
         try:
             await super().handle_request(request)
@@ -60,6 +68,62 @@ class _Container(WSGIContainer):
 
     def _log(self, status_code: int, request: httputil.HTTPServerRequest) -> None:
         log.debug("%s %s %s %d", request.remote_ip, request.method, request.path, status_code)
+
+
+def _refuse(request: httputil.HTTPServerRequest, why: str) -> None:
+    """Answer 400 and close, for a request the WSGI environ cannot be made of."""
+    assert request.connection is not None
+    body = f"farm: bad request ({why})\n".encode()
+    headers = {
+        "Content-Type": "text/plain",
+        "Content-Length": str(len(body)),
+        "Connection": "close",
+    }
+    request.connection.write_headers(
+        httputil.ResponseStartLine("HTTP/1.1", 400, "Bad Request"), httputil.HTTPHeaders(headers)
+    )
+    request.connection.write(body)
+    request.connection.finish()
+
+
+class _PlainServer(HTTPServer):
+    """Plain http that turns a TLS handshake away at once: tornado would wait for a request's
+    blank line, which a ClientHello never sends, until the idle timeout (an https:// URL pointed at
+    a farm without --tls hung for a minute)."""
+
+    def handle_stream(self, stream: IOStream, address: tuple[str, int]) -> None:
+        loop, sock = IOLoop.current(), stream.socket
+
+        def readable(fd: Any, events: int) -> None:
+            loop.remove_handler(sock)
+            loop.remove_timeout(idle)
+            try:
+                first = sock.recv(1, socket.MSG_PEEK)
+            except OSError:
+                first = b""
+            if first == b"\x16":  # a TLS record's content type: handshake
+                with contextlib.suppress(OSError):
+                    sock.send(_TLS_ON_HTTP)
+                    sock.shutdown(socket.SHUT_WR)
+                    sock.recv(1 << 16)  # the hello: closed unread, it would reset what was sent
+                stream.close()
+            elif not first:
+                stream.close()
+            else:
+                HTTPServer.handle_stream(self, stream, address)
+
+        def quiet() -> None:
+            loop.remove_handler(sock)
+            stream.close()
+
+        loop.add_handler(sock, readable, IOLoop.READ)
+        idle = loop.call_later(IDLE_S, quiet)
+
+
+_TLS_ON_HTTP = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+    b"farm: this port speaks http, not https\n"
+)
 
 
 def _answering(app: WSGIApp) -> WSGIApp:
@@ -112,7 +176,8 @@ class WebServer:
             asyncio.get_running_loop().add_signal_handler(signum, self._stopping.set)
         pool = ThreadPoolExecutor(THREADS, thread_name_prefix="farm-web")
         container = _Container(self.app, pool)
-        server = HTTPServer(
+        kind = HTTPServer if self._context else _PlainServer
+        server = kind(
             container, ssl_options=self._context, idle_connection_timeout=IDLE_S,
             max_body_size=BODY_MAX_BYTES,
         )  # fmt: skip

@@ -3,6 +3,7 @@ as text in every page, a slow client holds up no one, and a stop lets a request 
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -161,6 +162,49 @@ def test_the_https_port_speaks_no_plain_http(tls_dir: Path) -> None:
             socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
         ):
             context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def test_an_https_client_on_the_http_port_is_told_at_once(tls_dir: Path) -> None:
+    """An https:// URL pointed at a farm without --tls fails its handshake with the server's
+    answer, not a wait for the idle timeout (a ClientHello never ends a request's headers)."""
+    with _serving(_hello, "http", tls_dir) as served:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        with (
+            socket.create_connection(("127.0.0.1", served.server.port), timeout=20) as raw,
+            pytest.raises(ssl.SSLError),  # a timeout (the old wait) is no SSLError
+        ):
+            context.wrap_socket(raw, server_hostname="127.0.0.1")
+        with socket.create_connection(("127.0.0.1", served.server.port), timeout=20) as raw:
+            raw.sendall(b"\x16\x03\x01\x00\x05hello")
+            assert _read_all(raw).startswith(b"HTTP/1.1 400")
+        assert served.get("/", auth=None).text == "hello\n"  # and plain http still works
+
+
+def test_a_host_whose_port_is_no_number_is_answered_400(scheme: str, tls_dir: Path) -> None:
+    """Tornado reads the Host header's port as a number before the app is called: such a request
+    gets a 400 and the connection ends (it got no answer and held the connection open)."""
+    with _serving(_hello, scheme, tls_dir) as served:
+        raw = socket.create_connection(("127.0.0.1", served.server.port), timeout=20)
+        if scheme == "https":
+            raw = ssl.create_default_context(cafile=str(tls_dir / "ca.crt")).wrap_socket(
+                raw, server_hostname="127.0.0.1"
+            )
+        with raw:
+            raw.sendall(b"GET / HTTP/1.1\r\nHost: a:b\r\n\r\n")
+            answer = http.client.HTTPResponse(raw)  # type: ignore[arg-type]
+            answer.begin()
+            assert answer.status == 400
+            assert answer.read() == b"farm: bad request (the Host header's port is not a number)\n"
+        assert served.get("/", auth=None).text == "hello\n"
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    chunks = []
+    while chunk := sock.recv(4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def test_a_stop_lets_the_request_under_way_finish(scheme: str, tls_dir: Path) -> None:
