@@ -244,8 +244,21 @@ def default_config_path(env: Mapping[str, str], cwd: Path | None = None) -> Path
     here = (cwd or Path.cwd()) / LOCAL_CONFIG
     if here.is_file():
         return here
+    return _user_config_path(env)
+
+
+def _user_config_path(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "farm" / "config.json"
+
+
+def config_paths(env: Mapping[str, str], cwd: Path | None = None) -> tuple[Path, ...]:
+    """Every file farm may read its config from here, whichever it reads: none of them is
+    ever uploaded as a scene's file (farm.blender.assets)."""
+    found = [(cwd or Path.cwd()) / LOCAL_CONFIG, _user_config_path(env)]
+    if env.get("FARM_CONFIG"):
+        found.insert(0, Path(env["FARM_CONFIG"]).expanduser())
+    return tuple(found)
 
 
 @contextmanager

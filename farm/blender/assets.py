@@ -20,7 +20,7 @@ from blender_asset_tracer import blendfile as bat
 from blender_asset_tracer import bpathlib, trace
 from blender_asset_tracer.trace import file_sequence
 
-from farm.adapters.settings import default_config_path
+from farm.adapters.settings import config_paths
 from farm.adapters.store import Store
 from farm.core import keys
 from farm.core.errors import SpecError
@@ -215,7 +215,7 @@ class Private:
     @classmethod
     def of(cls, environ: Mapping[str, str] = os.environ, config: Path | None = None) -> Private:
         home = Path(environ.get("HOME") or Path.home())
-        configs = {default_config_path(environ), *([config] if config else [])}
+        configs = {*config_paths(environ), *([config] if config else [])}
         return cls(
             credentials=tuple((home / place).resolve() for place in PRIVATE_HOME),
             configs=frozenset(c.expanduser().resolve() for c in configs),

@@ -55,7 +55,10 @@ def up(
     from farm.adapters import cpus
     from farm.control import local
 
-    data = data or Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "farm"
+    if data is None:  # the farm its config names (as `farm down` finds it), else the default
+        known = command_settings(ctx).data_dir
+        home = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "farm"
+        data = Path(known) if known else home
     settings, started = local.up(
         data,
         workers,

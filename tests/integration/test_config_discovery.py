@@ -39,3 +39,36 @@ def test_a_folder_below_it_does_not_borrow_its_config(redis_url: str, tmp_path: 
     done = _run_farm(["jobs"], cwd=checkout / "shots", home=home)
     assert done.returncode == 1
     assert "no farm configured" in done.stderr
+
+
+def test_farm_up_in_the_demos_folder_finds_the_demos_farm(redis_url: str, tmp_path: Path) -> None:
+    """`farm up` with no --data starts (or finds) the farm its config names, as `farm down`
+    does: in the demo's folder that is the demo's farm, never a second farm whose addresses and
+    passwords would be written over the demo's config."""
+    import json
+
+    from farm.adapters import proc
+
+    # GIVEN the demo's farm up in ./.farm (one process of it, alive) and its config beside it
+    checkout, home = tmp_path / "farm", tmp_path / "home"
+    data = checkout / ".farm"
+    data.mkdir(parents=True)
+    home.mkdir()
+    save_settings(Settings(redis_url=redis_url, data_dir=str(data)), data / "config.json")
+    alive = subprocess.Popen(["sleep", "120"])
+    try:
+        state = {"ports": {}, "pids": {"redis": alive.pid},
+                 "starts": {"redis": proc.start_time(alive.pid)}}  # fmt: skip
+        (data / "farm-up.json").write_text(json.dumps(state))
+        # WHEN the user types `farm up` in that folder
+        done = _run_farm(["up"], cwd=checkout, home=home)
+    finally:
+        alive.kill()
+        alive.wait()
+        elsewhere = home / ".local" / "share" / "farm"
+        if (elsewhere / "farm-up.json").exists():  # the bug: a second farm, started; stop it
+            _run_farm(["down", "--data", str(elsewhere)], cwd=checkout, home=home)
+    # THEN it is the demo's farm, already up, and the config is the demo's still
+    assert done.returncode == 0, done.stderr
+    assert f"farm is already up without TLS (data in {data})" in done.stdout
+    assert not (home / ".local" / "share" / "farm").exists()

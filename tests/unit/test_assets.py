@@ -358,3 +358,19 @@ def test_submit_parses_the_scene_once_and_traces_it_as_alone(
     assert opened.count(scene) == 1  # the linked libraries open once each, as before
     assert traced.manifest.to_json() == alone and spec.scene is not None
     assert not bat._cached_bfiles
+
+
+def test_every_config_farm_may_read_here_is_never_uploaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ./.farm/config.json in the current folder farm reads that one, but the user's own
+    (under $XDG_CONFIG_HOME) is just as secret: a scene naming either is refused."""
+    monkeypatch.chdir(tmp_path)
+    local = tmp_path / ".farm" / "config.json"
+    user = tmp_path / "xdg" / "farm" / "config.json"
+    for path in (local, user):
+        path.parent.mkdir(parents=True)
+        path.write_text('{"redis_url": "redis://:hunter2@db:6379/0"}')
+    environ = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    assert private(local, environ=environ) == "the farm's config"
+    assert private(user, environ=environ) == "the farm's config"
