@@ -24,6 +24,26 @@ Records = list[tuple[dict[str, str], list[dict[str, str]], dict[str, str]]]
 """Jobs as `job_records` reads them: each job's hash, its chunks' hashes, its cost hash."""
 
 
+class ChunkMover(Protocol):
+    """Moving a chunk (Ledger.move_chunk): the reconciler's and the worker attempt's views share
+    it."""
+
+    def move_chunk(
+        self,
+        job_id: str,
+        index: int,
+        target: ChunkState,
+        *,
+        token: str = "",
+        lease_s: float | None = None,
+        mode: str = "",
+        max_failures: int = 0,
+        only_from: frozenset[ChunkState] | None = None,
+        gate: bool = False,
+        **fields: Any,
+    ) -> Move: ...
+
+
 class SizingLedger(Protocol):
     """Sizing a job's chunks (farm.ledger.speeds): the live workers, and the recent jobs' chunks
     that tell each worker's speed."""
@@ -78,7 +98,7 @@ class JobControlLedger(Protocol):
     def spend(self, job_id: str, job: dict[str, str] | None = None) -> cost.Spend: ...
 
 
-class ReconcilerLedger(Protocol):
+class ReconcilerLedger(ChunkMover, Protocol):
     """The reconciler's pass (farm.control.reconcile): expired leases, completion gates, lost
     messages, early uploads left behind."""
 
@@ -91,20 +111,6 @@ class ReconcilerLedger(Protocol):
     def job_fields(self, job_ids: list[str], *names: str) -> list[tuple[str, ...]]: ...
     def expired_leases(self, now: float | None = None) -> list[tuple[str, int]]: ...
     def drop_lease(self, job_id: str, index: int, *, expired_by: float | None = None) -> None: ...
-    def move_chunk(
-        self,
-        job_id: str,
-        index: int,
-        target: ChunkState,
-        *,
-        token: str = "",
-        lease_s: float | None = None,
-        mode: str = "",
-        max_failures: int = 0,
-        only_from: frozenset[ChunkState] | None = None,
-        gate: bool = False,
-        **fields: Any,
-    ) -> Move: ...
     def try_start_stitch(self, job_id: str) -> bool: ...
     def stitch_sent_again(self, job_id: str, now: float) -> None: ...
     def broker_messages(self, queues: Iterable[str]) -> list[bytes]: ...

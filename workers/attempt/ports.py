@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from farm.core.state import ChunkState
 from farm.ledger import Claim, Move
+from farm.ledger.ports import ChunkMover
 
 
 class LeaseLedger(Protocol):
@@ -17,7 +18,7 @@ class LeaseLedger(Protocol):
     def renew(self, job_id: str, index: int, token: str, lease_s: float) -> str: ...
 
 
-class AttemptLedger(LeaseLedger, Protocol):
+class AttemptLedger(LeaseLedger, ChunkMover, Protocol):
     """One chunk attempt and the failure policy around it (workers.attempt.lifecycle, policy):
     claim, read what the attempt needs, end it with a move, count its failures."""
 
@@ -50,20 +51,6 @@ class AttemptLedger(LeaseLedger, Protocol):
         block_after: int = 0,
         **claim_fields: Any,
     ) -> tuple[Move, Claim | None]: ...
-    def move_chunk(
-        self,
-        job_id: str,
-        index: int,
-        target: ChunkState,
-        *,
-        token: str = "",
-        lease_s: float | None = None,
-        mode: str = "",
-        max_failures: int = 0,
-        only_from: frozenset[ChunkState] | None = None,
-        gate: bool = False,
-        **fields: Any,
-    ) -> Move: ...
     def job(self, job_id: str) -> dict[str, str]: ...
     def chunk(self, job_id: str, index: int) -> dict[str, str]: ...
     def frame_records(
