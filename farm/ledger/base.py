@@ -109,20 +109,8 @@ class LedgerBase:
     def __init__(self, client: redis.Redis) -> None:
         # decode_responses=True: every reply is str; redis-py's stubs cannot express that.
         self.r: Any = client
-        scripts = Scripts.registered(client)  # farm/ledger/scripts/*.lua, sent by EVALSHA
-        self._move = scripts.chunk_move
-        self._renew = scripts.renew
-        self._stitch = scripts.start_stitch
-        self._job_move = scripts.job_move
-        self._plan_rest = scripts.plan_rest
-        self._split = scripts.split
-        self._drop_expired = scripts.drop_expired
-        self._drop_ended = scripts.drop_ended
-        self._field_once = scripts.field_once
-        self._remake_chunk = scripts.remake_chunk
-        self._forget_early_upload = scripts.forget_early_upload
-        self._push_notice = scripts.push_notice
-        self._claim_notices = scripts.claim_notices
+        self.scripts = Scripts.registered(client)
+        """Every farm/ledger/scripts/*.lua, registered once and sent by EVALSHA."""
         self._budgeted: set[str] = set()
         """Jobs seen with a budget: their claims price it first, without stopping the script."""
         self.meter: dict[str, str] = {}
@@ -202,7 +190,7 @@ class LedgerBase:
         if ended:
             with wrapped("drop ended jobs"):
                 gone = sorted(ended)
-                self._drop_ended(
+                self.scripts.drop_ended(
                     keys=[keys.r_live_jobs(), *(keys.r_job(j) for j in gone)], args=gone
                 )
         return [job_id for job_id in ids if job_id not in ended]

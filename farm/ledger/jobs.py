@@ -86,7 +86,7 @@ class JobRecords(Outbox):
     def move_job(self, job_id: str, target: JobState, **fields: Any) -> Move:
         sources = ",".join(job_sources_of(target))
         with wrapped(f"move job {job_id} to {target}"):
-            status, previous = self._job_move(
+            status, previous = self.scripts.job_move(
                 keys=[keys.r_job(job_id), keys.r_leases()],
                 args=[str(target), sources, json.dumps(fields), time.time(), job_id],
             )
@@ -110,7 +110,7 @@ class JobRecords(Outbox):
             raise ValueError("the rest of the plan must be numbered after the probe chunks")
         with wrapped("plan the rest of the job"):
             won = bool(
-                self._plan_rest(
+                self.scripts.plan_rest(
                     keys=[keys.r_job(job_id), *(keys.r_chunk(job_id, c.index) for c in chunks)],
                     args=[
                         time.time(),
@@ -135,7 +135,7 @@ class JobRecords(Outbox):
         """The job's `field`, set to `value` first where it has none and `value` is not empty:
         of workers racing to set it, all get the first one's. '' for a job that is gone."""
         with wrapped(f"set the job's {field}"):
-            found = self._field_once(keys=[keys.r_job(job_id)], args=[field, value])
+            found = self.scripts.field_once(keys=[keys.r_job(job_id)], args=[field, value])
         return str(found or "")
 
     def forget_early_upload(self, job_id: str, upload_id: str) -> bool:
@@ -146,7 +146,7 @@ class JobRecords(Outbox):
             # Read outside the script: a failed or cancelled job is never split, so it holds still.
             total = int(self.r.hget(keys.r_job(job_id), "chunks_total") or 0)
             chunk_keys = [keys.r_chunk(job_id, i) for i in range(total)]
-            forgot = self._forget_early_upload(
+            forgot = self.scripts.forget_early_upload(
                 keys=[keys.r_job(job_id), *chunk_keys],
                 args=[upload_id, JobState.FAILED, JobState.CANCELLED, EARLY_UPLOAD, EARLY_PART],
             )
@@ -162,7 +162,7 @@ class JobRecords(Outbox):
             {"t": round(time.time(), 3), "event": "chunk-remade", "chunk": index, "why": why}
         )
         with wrapped(f"make chunk {index} again"):
-            moved = self._remake_chunk(
+            moved = self.scripts.remake_chunk(
                 keys=[keys.r_chunk(job_id, index), keys.r_job(job_id), keys.r_events(job_id)],
                 args=[JobState.FAILED, JobState.CANCELLED, ChunkState.DONE, target,
                       f"{time.time():.3f}", entry, EARLY_PART],

@@ -38,7 +38,9 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         script records the event). Workers open it with their last done move (`gate=True`)."""
         with wrapped("open the completion gate"):
             return bool(
-                self._stitch(keys=[keys.r_job(job_id), keys.r_events(job_id)], args=[time.time()])
+                self.scripts.start_stitch(
+                    keys=[keys.r_job(job_id), keys.r_events(job_id)], args=[time.time()]
+                )
             )
 
     def stitch_taken(self, job_id: str, worker: str) -> None:
@@ -144,7 +146,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         def send() -> list[Any]:
             pipe = self.r.pipeline(transaction=False)
             for script_keys, args in calls:
-                pipe.evalsha(self._move.sha, len(script_keys), *script_keys, *args)
+                pipe.evalsha(self.scripts.chunk_move.sha, len(script_keys), *script_keys, *args)
             answers: list[Any] = pipe.execute(raise_on_error=False)
             return answers
 
@@ -154,7 +156,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
                 # A Redis that lost its scripts (a restart): load it and send the very same calls,
                 # so that a pipeline it ran before it restarted, whose answer was lost, is known
                 # as itself (its claim answers as it did).
-                self.r.script_load(self._move.script)
+                self.r.script_load(self.scripts.chunk_move.script)
                 moved, claimed = send()
             if isinstance(moved, Exception):
                 raise moved
@@ -195,7 +197,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
                 max_failures=max_failures, only_from=only_from, flags=flags, fields=fields,
                 block=block, block_after=block_after,
             )  # fmt: skip
-            answer: list[Any] = self._move(keys=script_keys, args=args)
+            answer: list[Any] = self.scripts.chunk_move(keys=script_keys, args=args)
             return answer
 
         with wrapped(f"move chunk {index} of {job_id} to {target}"):
@@ -279,7 +281,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         """'ok', 'lost' (another attempt owns the chunk) or 'cancelled' (stop now)."""
         expiry = time.time() + lease_s
         with wrapped("renew a lease"):
-            answer: str = self._renew(
+            answer: str = self.scripts.renew(
                 keys=[keys.r_chunk(job_id, index), keys.r_leases()],
                 args=[token, expiry, keys.lease_member(job_id, index), keys.r_job(job_id)],
             )
@@ -293,7 +295,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
             if expired_by is None:
                 self.r.zrem(keys.r_leases(), member)
             else:
-                self._drop_expired(keys=[keys.r_leases()], args=[member, expired_by])
+                self.scripts.drop_expired(keys=[keys.r_leases()], args=[member, expired_by])
 
     def bump(self, job_id: str, index: int, counter: str) -> int:
         """Add one to a chunk's counter (transient hand-backs); returns the new count."""

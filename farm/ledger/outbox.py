@@ -32,7 +32,7 @@ class Outbox(LedgerBase):
                 id=secrets.token_hex(8), job_id=job_id, event=event, t=time.time()
             )
             with wrapped("put a webhook notice in the outbox"):
-                put = self._push_notice(
+                put = self.scripts.push_notice(
                     keys=[keys.r_notice_once(job_id, event, stamp), keys.r_outbox()],
                     args=[notice.to_member(), notice.t, notices.ONCE_TTL_S],
                 )
@@ -45,7 +45,7 @@ class Outbox(LedgerBase):
         """Due notices (raw members), held for `hold_s` against other senders."""
         now = time.time()
         with wrapped("claim webhook notices"):
-            members: list[str] = self._claim_notices(
+            members: list[str] = self.scripts.claim_notices(
                 keys=[keys.r_outbox()], args=[now, now + hold_s, limit]
             )
         return members

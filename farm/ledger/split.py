@@ -32,7 +32,7 @@ class SplitRecords(LedgerBase):
         of it on its wake channel (wakeups) at once, else at its next lease renewal ('split:N'),
         and stops after frame N."""
         with wrapped(f"split chunk {index} of {job_id}"):
-            result = self._split(
+            result = self.scripts.split(
                 keys=[
                     keys.r_chunk(job_id, index),
                     keys.r_job(job_id),

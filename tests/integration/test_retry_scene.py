@@ -157,5 +157,5 @@ def test_a_job_reopened_after_it_was_read_ended_stays_watched(ledger: Ledger) ->
     _job(ledger, "j4")
     ledger.cancel_job("j4")
     ledger.reopen_job("j4", every_unfinished=True)  # after the read, before the drop
-    dropped = ledger._drop_ended(keys=[keys.r_live_jobs(), keys.r_job("j4")], args=["j4"])
+    dropped = ledger.scripts.drop_ended(keys=[keys.r_live_jobs(), keys.r_job("j4")], args=["j4"])
     assert dropped == 0 and ledger.live_job_ids() == ["j4"]
