@@ -50,9 +50,7 @@ class _Container(WSGIContainer):
         self.busy = 0  # touched on the event loop only
 
     async def handle_request(self, request: httputil.HTTPServerRequest) -> None:
-        try:
-            self.environ(request)
-        except ValueError:  # tornado reads Host's port with int(), before the app is called
+        if not _host_port_reads(request.host):
             _refuse(request, "the Host header's port is not a number")
             return
         self.busy += 1
@@ -68,6 +66,19 @@ class _Container(WSGIContainer):
 
     def _log(self, status_code: int, request: httputil.HTTPServerRequest) -> None:
         log.debug("%s %s %s %d", request.remote_ip, request.method, request.path, status_code)
+
+
+def _host_port_reads(host: str) -> bool:
+    """Whether tornado's WSGI environ can read the Host header: it takes the part after one colon
+    as the port with int(), which raises before the app is called."""
+    hostport = host.split(":")
+    if len(hostport) != 2:
+        return True
+    try:
+        int(hostport[1])
+    except ValueError:
+        return False
+    return True
 
 
 def _refuse(request: httputil.HTTPServerRequest, why: str) -> None:
