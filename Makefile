@@ -9,11 +9,14 @@ BIN := $(VENV)/bin
 # scenes (scenes/build_*.py, tests/e2e) and is the old runtime bench/ compares against.
 BPY_RUNTIME := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libx11-6 libxi6 libxxf86vm1 \
   libxfixes3 libxrender1 libxext6 libxkbcommon0 libsm6 libice6
-APT_PACKAGES := redis-server ffmpeg blender bubblewrap $(BPY_RUNTIME) chromium tmux
+# podman (with runc: crun refuses hybrid cgroups) runs the container farm; debootstrap makes its
+# base image where no registry answers (farm.control.images).
+APT_PACKAGES := redis-server ffmpeg blender bubblewrap $(BPY_RUNTIME) chromium tmux \
+  podman runc debootstrap
 DATA ?= .farm
 export FARM_CONFIG ?= $(CURDIR)/$(DATA)/config.json
 
-.PHONY: setup system-packages venv tools demo test test-fast unit lint typecheck bench docs up down clean
+.PHONY: setup system-packages venv tools image demo test test-fast unit lint typecheck bench docs up down clean
 
 setup: system-packages venv tools
 
@@ -38,6 +41,13 @@ venv: $(BIN)/farm
 
 tools:
 	bash infra/install-tools.sh
+
+# The farm's images (farm-worker, farm-redis, farm-seaweedfs) with podman, or Docker where an engine
+# answers; rebuilt only when their inputs change. BASE=auto: a debootstrap base where no registry
+# answers; BASE=docker.io/library/debian:bookworm-slim where one does.
+BASE ?= auto
+image: setup
+	$(BIN)/farm image --base $(BASE)
 
 # Render the demo scene on a local farm and say where the video is. 4K on an NVIDIA GPU host.
 demo: setup

@@ -220,6 +220,8 @@ def pump(
             log_file.close()
 
 
+CompletedProcess = subprocess.CompletedProcess
+"""What `capture` returns."""
 Timeout = subprocess.TimeoutExpired
 """What `capture` raises when the program outlives its timeout (so callers need not import
 subprocess: this module alone does)."""

@@ -118,7 +118,8 @@ class Settings(BaseSettings):
     render_memory_limit_mb: int = Field(0, ge=0)
     """Address-space cap for CPU Blender renders (0: none), so a runaway scene fails alone."""
     imds_url: str = "http://169.254.169.254"
-    """The instance metadata service the spot watcher polls (IMDSv2)."""
+    """The instance metadata service the spot watcher polls (IMDSv2); empty, or `off` where an
+    empty variable cannot be set (compose), for a host with none: no spot watcher runs."""
     shutdown_grace_s: float = Field(100.0, ge=0)
     """On SIGTERM a worker keeps rendering only the frames that fit in this many seconds, then
     hands the rest of its chunk back (keep it under the container's stop timeout)."""
@@ -166,6 +167,11 @@ class Settings(BaseSettings):
     @classmethod
     def _verified_tls(cls, url: str) -> str:
         return verified_redis_url(url)
+
+    @field_validator("imds_url")
+    @classmethod
+    def _imds_off(cls, url: str) -> str:
+        return "" if url.strip().lower() == "off" else url
 
     @field_validator("s3_endpoint", "flower_url", "web_url", "notify_url")
     @classmethod

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from farm.adapters.settings import command_settings
+from farm.adapters.settings import Settings, command_settings
 from farm.adapters.worker_flags import worker_options
 from farm.core.errors import ConfigError, FarmError
 from farm.ledger import Ledger
@@ -47,9 +47,21 @@ log = logging.getLogger("farm")
     is_flag=True,
     help="Every connection over TLS, verified against a CA made for this farm at first start.",
 )
+@click.option(
+    "--containers",
+    is_flag=True,
+    help="Run docker-compose.yml's farm as containers (podman or Docker), ports on 127.0.0.1; "
+    "run again to bring back missing services and workers up to --workers.",
+)
 @click.pass_context
 def up(
-    ctx: click.Context, data: Path | None, workers: int, threads: int, pin: bool, use_tls: bool
+    ctx: click.Context,
+    data: Path | None,
+    workers: int,
+    threads: int,
+    pin: bool,
+    use_tls: bool,
+    containers: bool,
 ) -> None:
     """Start a whole farm on this machine (loopback only)."""
     from farm.adapters import cpus
@@ -59,6 +71,9 @@ def up(
         known = command_settings(ctx).data_dir
         home = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "farm"
         data = Path(known) if known else home
+    if containers:
+        _up_containers(ctx, data, workers, use_tls)
+        return
     settings, started = local.up(
         data,
         workers,
@@ -76,18 +91,24 @@ def up(
             click.echo(f"  to run it {'with' if use_tls else 'without'} TLS: `farm down`, then "
                        f"`farm up{' --tls' if use_tls else ''}`")  # fmt: skip
         return
+    shares = local.worker_cpus(workers, pin)
+    if shares:
+        each = " | ".join(cpus.format_list(share) for share in shares)
+        how_workers = f"{workers}, each on its own CPUs: {each}"
+    else:
+        how_workers = f"{workers}" + (", sharing every CPU" if workers else "")
+    _summary(ctx, settings, how_workers)
+
+
+def _summary(ctx: click.Context, settings: Settings, how_workers: str) -> None:
+    """What `farm up` prints, processes or containers alike."""
     click.echo(f"farm is up; data in {settings.data_dir}")
     where = settings.redis_url.split("@")[-1].split("?")[0]
     click.echo(f"  redis    {where} (password in the config file)")
     if settings.tls_cert_file:
         click.echo(f"  tls      every connection; the farm's CA is {settings.ca_file}")
     click.echo(f"  s3       {settings.s3_endpoint} bucket {settings.s3_bucket}")
-    shares = local.worker_cpus(workers, pin)
-    if shares:
-        each = " | ".join(cpus.format_list(share) for share in shares)
-        click.echo(f"  workers  {workers}, each on its own CPUs: {each}")
-    else:
-        click.echo(f"  workers  {workers}" + (", sharing every CPU" if workers else ""))
+    click.echo(f"  workers  {how_workers}")
     click.echo(
         f"  flower   {settings.flower_url}  user {settings.flower_user} "
         f"(password: flower_password in {ctx.meta['config_path']})"
@@ -95,6 +116,36 @@ def up(
     click.echo(f"  jobs     {settings.web_url}/  (same user and password)")
     click.echo(f"  metrics  {settings.web_url}/metrics  (Prometheus)")
     click.echo(f"  config   {ctx.meta['config_path']}")
+
+
+def _up_containers(ctx: click.Context, data: Path, workers: int, use_tls: bool) -> None:
+    from farm.control import containers
+
+    settings, farm = containers.up(
+        data, workers, ctx.meta["config_path"], command_settings(ctx), use_tls=use_tls,
+        say=lambda line: click.echo(line, err=True),
+    )  # fmt: skip
+    gpu = "on the GPU" if len(farm.files) == 1 else "on the CPU (no NVIDIA GPU here)"
+    _summary(ctx, settings, f"{workers} containers ({farm.engine}, project {farm.project}), {gpu}")
+
+
+@click.command()
+@click.option(
+    "--base",
+    default="auto",
+    show_default=True,
+    help="The base image: auto (a local debootstrap base, else Debian's from a registry, else "
+    "one made by debootstrap), or any image with Debian 12's packages and Python 3.11.",
+)
+def image(base: str) -> None:
+    """Build the farm's images (farm-worker, farm-redis, farm-seaweedfs) from this checkout."""
+    from farm.adapters import engine
+    from farm.control import images
+
+    for built in images.build(
+        engine.find(), base=base, say=lambda line: click.echo(line, err=True)
+    ):
+        click.echo(f"{built.ref}  {built.size_bytes / 1e6:,.0f} MB  built in {built.seconds:.1f} s")
 
 
 @click.command()
@@ -107,6 +158,14 @@ def down(ctx: click.Context, data: Path | None) -> None:
     if data is None:
         data_dir = command_settings(ctx).data_dir
         data = Path(data_dir) if data_dir else None
+    if data is not None and (data / "containers.json").exists():
+        from farm.control import containers
+
+        stopped = containers.down(data)
+        click.echo(
+            f"stopped and removed {len(stopped)} containers" if stopped else "farm was not running"
+        )
+        return
     if data is None or not (data / "farm-up.json").exists():
         click.echo("no local farm to stop")
         return
@@ -289,4 +348,4 @@ def metrics_publish(
         time.sleep(interval_s)
 
 
-COMMANDS = (up, down, worker, reconcile, flower, store_security, web, metrics)
+COMMANDS = (up, down, image, worker, reconcile, flower, store_security, web, metrics)

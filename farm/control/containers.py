@@ -1,0 +1,253 @@
+"""`farm up --containers` / `farm down`: docker-compose.yml's farm run as containers on this
+machine, through podman-compose or `docker compose`.
+
+It writes the same config file as `farm up` (addresses on 127.0.0.1, where compose publishes each
+port), so every other command works unchanged; the secrets are the same data dir's secrets.json,
+handed to compose in an owner-only env file. Run again, compose brings back missing services and
+workers up to N. On a machine without an NVIDIA GPU, infra/containers/cpu.yml lifts the worker's
+GPU reservation and it renders on the CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from farm.adapters import engine as engines
+from farm.adapters import weedsec
+from farm.adapters.private import private_dir, write_private
+from farm.adapters.settings import Settings, save_settings
+from farm.adapters.store import Store
+from farm.control import images
+from farm.control.local import (
+    HOST,
+    Farm,
+    _enough,
+    _http_answers,
+    _port_free,
+    _secrets,
+    _wait_for,
+    free_port,
+)
+from farm.core.errors import ConfigError
+from farm.ledger import Ledger
+
+COMPOSE_FILE = engines.ROOT / "docker-compose.yml"
+CPU_FILE = engines.ROOT / "infra/containers/cpu.yml"
+SERVICES = ("redis", "s3-security", "s3", "reconciler", "flower", "web")
+PORTS = {"redis": 6379, "s3": 8333, "flower": 5555, "web": 8090}
+"""Each published service and its port inside the container."""
+CARRIED = (
+    "shutdown_grace_s", "lease_s", "reconcile_interval_s", "max_lost_leases",
+    "render_memory_limit_mb",
+)  # fmt: skip
+"""Settings of this host's that the containers take on (docker-compose.yml's x-farm-env names
+each, with the farm's default)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class ContainerFarm:
+    """What `farm up --containers` started, kept in DATA/containers.json for `farm down`."""
+
+    data: Path
+    project: str = ""
+    files: list[str] = field(default_factory=list)
+    ports: dict[str, int] = field(default_factory=dict)
+    workers: int = 0
+    engine: str = ""
+
+    @property
+    def state_file(self) -> Path:
+        return self.data / "containers.json"
+
+    @property
+    def env_file(self) -> Path:
+        return self.data / "containers.env"
+
+    def save(self) -> None:
+        state = {"project": self.project, "files": self.files, "ports": self.ports,
+                 "workers": self.workers, "engine": self.engine}  # fmt: skip
+        self.state_file.write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def load(cls, data: Path) -> ContainerFarm:
+        farm = cls(data=data)
+        if farm.state_file.exists():
+            raw = json.loads(farm.state_file.read_text())
+            farm.project, farm.files = raw["project"], raw["files"]
+            farm.ports, farm.workers, farm.engine = raw["ports"], raw["workers"], raw["engine"]
+        return farm
+
+    def compose(self, engine: engines.Engine, *args: str) -> list[str]:
+        argv = [*engine.compose_argv, "--project-name", self.project]
+        argv += ["--env-file", str(self.env_file)]
+        for path in self.files:
+            argv += ["-f", path]
+        return [*argv, *args]
+
+    def container(self, service: str, number: int = 1) -> str:
+        """The name compose gives a service's container (podman-compose and Docker alike)."""
+        sep = "_" if self.engine == "podman" else "-"
+        return f"{self.project}{sep}{service}{sep}{number}"
+
+
+def project_name(data: Path) -> str:
+    """One compose project per data dir, so two farms on one machine never meet."""
+    return "farm-" + hashlib.sha256(str(data).encode()).hexdigest()[:10]
+
+
+def up(
+    data: Path,
+    workers: int,
+    config_path: Path,
+    base: Settings,
+    *,
+    use_tls: bool = False,
+    build: bool = True,
+    say: Callable[[str], None] = print,
+) -> tuple[Settings, ContainerFarm]:
+    """Start (or complete) the container farm in `data`; returns its settings and state."""
+    if use_tls:
+        raise ConfigError(
+            "--tls with --containers is not built yet: the containers would serve plain text; "
+            "run `farm up --tls` (processes) for a TLS farm"
+        )
+    data = data.resolve()
+    private_dir(data)
+    if Farm.load(data).running():
+        raise ConfigError(
+            f"a process farm runs in {data}: `farm down` first, or use another --data"
+        )
+    engine = engines.find()
+    if build:
+        images.build(engine, say=say)
+    farm = ContainerFarm.load(data)
+    farm.data, farm.engine = data, engine.name
+    farm.project = farm.project or project_name(data)
+    farm.files = [str(COMPOSE_FILE)] + ([] if engines.nvidia_gpu() else [str(CPU_FILE)])
+    farm.workers = workers
+    _assign_ports(farm)
+    keys = _secrets(data)
+    write_private(farm.env_file, _env_file(farm, keys, base))
+    farm.save()
+    log_path = data / "logs/compose.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = farm.compose(engine, "up", "-d", "--scale", f"worker={workers}", *SERVICES)
+    argv += ["worker"] if workers else []
+    engine.stream(argv, what=f"{engine.name} compose up", log_path=log_path, on_line=lambda _: None)
+    settings = _settings(base, data, farm.ports, keys)
+    save_settings(settings, config_path)
+    ledger = Ledger.from_url(settings.redis_url)
+    _wait_for("Redis", ledger.ping, 60, log_path)
+    _wait_for("the S3 server", Store.from_settings(settings).ensure_bucket, 120, log_path)
+    for name, url in (("Flower", settings.flower_url), ("farm web", settings.web_url)):
+        _wait_for(name, lambda u=url: _http_answers(u, ""), 90, log_path)
+    _wait_for(
+        f"{workers} worker containers",
+        lambda: _enough(len(ledger.workers()), workers),
+        180,
+        log_path,
+    )
+    return settings, farm
+
+
+def down(data: Path, *, volumes: bool = False) -> list[str]:
+    """Stop and remove the container farm's containers; its volumes (the data) stay unless
+    `volumes`."""
+    farm = ContainerFarm.load(data.resolve())
+    if not farm.project:
+        return []
+    engine = engines.find(farm.engine)
+    names = running(farm, engine)
+    # Workers first, each by name (compose knows only the first of a scaled service): SIGTERM
+    # and their stop timeout, so a worker mid-chunk hands the chunk back. Then compose, in
+    # its dependency order, the rest.
+    workers = [n for n in containers_of(farm, engine) if "worker" in n]
+    if workers:
+        engine.check("stop", *workers, timeout_s=300)
+        engine.check("rm", "--force", *workers)
+    engine.stream(
+        farm.compose(engine, "down", *(["--volumes"] if volumes else [])),
+        what=f"{engine.name} compose down",
+        log_path=farm.data / "logs/compose.log",
+        on_line=lambda _: None,
+    )
+    if volumes:  # podman-compose leaves the volumes it made implicitly: each by its name
+        listed = engine.check("volume", "ls", "--format", "{{.Name}}").split()
+        ours = [v for v in listed if v.startswith(farm.project + "_")]
+        if ours:
+            engine.check("volume", "rm", "--force", *ours)
+    return names
+
+
+def running(farm: ContainerFarm, engine: engines.Engine) -> list[str]:
+    """The names of the project's running containers."""
+    return containers_of(farm, engine, every=False)
+
+
+def containers_of(farm: ContainerFarm, engine: engines.Engine, *, every: bool = True) -> list[str]:
+    """The names of the project's containers, running or (`every`) not."""
+    out = engine.check(
+        "ps", *(["-a"] if every else []),
+        "--filter", f"label=com.docker.compose.project={farm.project}", "--format", "{{.Names}}",
+    )  # fmt: skip
+    return sorted(line for line in out.split() if line)
+
+
+def _assign_ports(farm: ContainerFarm) -> None:
+    """Keep each published port from the last run (compose may hold it); a free one elsewhere."""
+    ours = bool(farm.ports) and farm.state_file.exists()
+    for name in PORTS:
+        port = farm.ports.get(name)
+        if port is None or not (ours or _port_free(port)):
+            port = free_port()
+            while port in farm.ports.values():
+                port = free_port()
+        farm.ports[name] = port
+
+
+def _env_file(farm: ContainerFarm, keys: dict[str, str], base: Settings) -> str:
+    values = {
+        "FARM_REDIS_PASSWORD": keys["redis_password"],
+        "FARM_S3_ACCESS_KEY": keys["s3_access_key"],
+        "FARM_S3_SECRET_KEY": keys["s3_secret_key"],
+        # One key signs the store's JWTs in compose (`farm store-security`).
+        "FARM_WEED_JWT_KEY": keys[weedsec.JWT_SECRETS[0]],
+        "FARM_FLOWER_USER": keys["flower_user"],
+        "FARM_FLOWER_PASSWORD": keys["flower_password"],
+        "FARM_WEBHOOK_SECRET": base.webhook_secret or keys["webhook_secret"],
+        "FARM_NOTIFY_URL": base.notify_url,
+        **{f"FARM_{name.upper()}": f"{getattr(base, name):g}" for name in CARRIED},
+        "FARM_IMDS_URL": "off",  # no instance metadata service off EC2: no spot watcher to run
+        **{f"FARM_{name.upper()}_PORT": str(port) for name, port in farm.ports.items()},
+    }
+    for name, value in values.items():
+        if re.search(r"[\s'\"$\\#]", value):
+            raise ConfigError(f"{name} has a character compose's env file cannot hold: {value!r}")
+    return "".join(f"{name}={value}\n" for name, value in values.items())
+
+
+def _settings(base: Settings, data: Path, ports: dict[str, int], keys: dict[str, str]) -> Settings:
+    """What the CLI on this machine reads: the published ports on loopback."""
+    return base.replace(
+        redis_url=f"redis://:{keys['redis_password']}@{HOST}:{ports['redis']}/0",
+        s3_endpoint=f"http://{HOST}:{ports['s3']}",
+        s3_bucket="farm",
+        s3_access_key=keys["s3_access_key"],
+        s3_secret_key=keys["s3_secret_key"],
+        flower_url=f"http://{HOST}:{ports['flower']}",
+        flower_user=keys["flower_user"],
+        flower_password=keys["flower_password"],
+        web_url=f"http://{HOST}:{ports['web']}",
+        ca_file="",
+        tls_cert_file="",
+        tls_key_file="",
+        webhook_secret=base.webhook_secret or keys["webhook_secret"],
+        data_dir=str(data),
+        scratch_dir=str(data / "scratch"),
+        imds_url="",
+    )

@@ -1,0 +1,106 @@
+"""The container farm: docker-compose.yml run by `farm up --containers` (podman here), with the
+images built by `make image` (cached: rebuilt only when their inputs change).
+
+A missing engine fails the run with what to install; it never turns into a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import ROOT, LocalFarm
+
+PROJECT_CONF = ROOT / "infra/containers/containers.conf"
+
+
+def podman(
+    *args: str, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        ["podman", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "CONTAINERS_CONF": str(PROJECT_CONF)},
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args)} -> {result.returncode}\n{result.stderr}")
+    return result
+
+
+@dataclass
+class ContainerFarm(LocalFarm):
+    project: str = ""
+
+    def container(self, service: str, number: int = 1) -> str:
+        return f"{self.project}_{service}_{number}"
+
+    def containers(self, service: str = "") -> list[str]:
+        out = podman(
+            "ps", "-a", "--filter", f"label=com.docker.compose.project={self.project}",
+            "--format", "{{.Names}}",
+        ).stdout.split()  # fmt: skip
+        return sorted(n for n in out if not service or n.startswith(f"{self.project}_{service}_"))
+
+    def inspect(self, name: str) -> dict[str, object]:
+        return dict(json.loads(podman("inspect", name).stdout)[0])
+
+    def worker_name(self, container: str) -> str:
+        """The Celery name of the worker in `container` (farm@HOSTNAME, as `farm worker` says)."""
+        config = self.inspect(container)["Config"]
+        assert isinstance(config, dict)
+        return f"farm@{config['Hostname']}"
+
+    def logs(self) -> str:
+        out = [super().logs()]
+        for name in self.containers():
+            tail = podman("logs", "--tail", "40", name, check=False)
+            out.append(f"===== {name}\n{tail.stdout}{tail.stderr}")
+        return "\n".join(out)
+
+
+def require_engine() -> None:
+    missing = [t for t in ("podman", "runc", "debootstrap") if not shutil.which(t)]
+    if missing:
+        pytest.fail(
+            f"missing on this machine: {', '.join(missing)}; run `make setup` "
+            "(apt-get install podman runc debootstrap)",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def container_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerFarm]:
+    """docker-compose.yml's farm, 2 worker containers, as `farm up --containers` starts it; short
+    leases and no drain grace, as the process farm's tests run theirs."""
+    require_engine()
+    base = tmp_path_factory.mktemp("container-farm")
+    config = base / "config.json"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FARM_")},
+        "FARM_CONFIG": str(config),
+        "FARM_LEASE_S": "6",
+        "FARM_RECONCILE_INTERVAL_S": "1",
+        "FARM_SHUTDOWN_GRACE_S": "0",
+        "FARM_RENDER_MEMORY_LIMIT_MB": "4096",
+    }
+    farm = ContainerFarm(data=base / "data", config=config, env=env)
+    # A cold image build (debootstrap, apt, the bpy wheel) takes minutes; cached, seconds.
+    up = farm.farm("up", "--containers", "--data", str(farm.data), "--workers", "2", timeout=1800)
+    state = farm.data / "containers.json"
+    if state.exists():
+        farm.project = json.loads(state.read_text())["project"]
+    assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{farm.logs()}"
+    try:
+        yield farm
+    finally:
+        from farm.control import containers
+
+        containers.down(farm.data, volumes=True)

@@ -1,0 +1,329 @@
+"""docker-compose.yml's farm as containers (`farm up --containers`), tried as its users would:
+a render job and a transcode job end to end; the worker container as designed (non-root, a
+read-only root, no capabilities, the box working inside it, a healthcheck); every published and
+internal port refusing an anonymous request; and spot life: a stop, a kill and a join during one
+job, with every frame in the video exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DEMO, ffprobe
+from tests.containers.conftest import ContainerFarm, podman
+from tests.e2e.encode_media import make_master, streams
+from tests.e2e.farmtools import status, submit, wait_final, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _done(farm: ContainerFarm, result: Any) -> dict[str, Any]:
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{farm.logs()}"
+    summary: dict[str, Any] = json.loads(result.stdout)
+    assert summary["state"] == "done", f"{summary['error']}\n{farm.logs()}"
+    return summary
+
+
+def test_a_render_job_runs_in_the_worker_containers(
+    container_farm: ContainerFarm, tmp_path: Path
+) -> None:
+    farm = container_farm
+    result = farm.farm(
+        "submit", str(DEMO), "--frames", "1-12", "--chunk-size", "3", "--resolution", "320x180",
+        "--samples", "4", "--wait", "--json",
+    )  # fmt: skip
+    summary = _done(farm, result)
+    out = tmp_path / "render.mp4"
+    farm.farm("fetch", summary["id"], str(out), check=True)
+    video = ffprobe(out)["streams"][0]
+    assert (int(video["nb_read_frames"]), video["width"], video["height"]) == (12, 320, 180)
+    containers = {farm.worker_name(c) for c in farm.containers("worker")}
+    assert {c["worker"] for c in summary["chunks"]} <= containers, "rendered outside a container"
+
+
+def test_a_transcode_job_runs_in_the_worker_containers(
+    container_farm: ContainerFarm, tmp_path: Path
+) -> None:
+    farm = container_farm
+    master = make_master(tmp_path / "master.mov", size="640x360", rate="24", seconds=4)
+    result = farm.farm(
+        "submit", str(master), "--codec", "hevc", "--preset", "ultrafast", "--wait", "--json"
+    )
+    summary = _done(farm, result)
+    out = tmp_path / "out.mp4"
+    farm.farm("fetch", summary["id"], str(out), check=True)
+    got = streams(out)["streams"]
+    video = next(s for s in got if s["codec_type"] == "video")
+    assert (video["codec_name"], int(video["nb_read_packets"])) == ("hevc", 96)
+    assert [s["codec_name"] for s in got if s["codec_type"] == "audio"] == ["aac"]
+
+
+def test_the_worker_container_is_non_root_read_only_and_without_capabilities(
+    container_farm: ContainerFarm,
+) -> None:
+    """Read from `podman inspect`, then tried from inside: the root cannot be written, the
+    process holds no capability, and the box (bubblewrap) still makes its own namespaces."""
+    farm = container_farm
+    name = farm.container("worker")
+    info = farm.inspect(name)
+    config, host = info["Config"], info["HostConfig"]
+    assert isinstance(config, dict) and isinstance(host, dict)
+    assert config["User"] == "10001:10001"
+    assert host["ReadonlyRootfs"] is True
+    assert info["EffectiveCaps"] in ([], None)
+    assert host["PidsLimit"] == 4096
+    assert config["StopSignal"] in ("SIGTERM", 15)
+    assert int(config["StopTimeout"]) >= 150
+    assert info["Path"] == "tini"  # PID 1 passes SIGTERM on to the worker
+    inside = podman("exec", name, "sh", "-c", "id -u; grep CapEff /proc/self/status; "
+                    "touch /opt/x 2>&1; touch /tmp/ok && echo tmp-writable").stdout  # fmt: skip
+    assert inside.splitlines()[0] == "10001"
+    assert "0000000000000000" in inside
+    assert "Read-only file system" in inside and "tmp-writable" in inside
+    box = podman(
+        "exec", name, "bwrap", "--unshare-all", "--cap-drop", "ALL", "--dev", "/dev",
+        "--proc", "/proc", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--",
+        "sh", "-c", "echo pid $$; id -u; grep CapEff /proc/self/status",
+    )  # fmt: skip
+    pid, uid, caps = box.stdout.splitlines()
+    assert int(pid.split()[1]) <= 2  # its own PID namespace (bwrap's init is 1), its own /proc
+    assert (uid, caps.split()[1]) == ("10001", "0000000000000000")  # the worker's user, no caps
+
+
+def test_every_service_has_a_working_healthcheck(container_farm: ContainerFarm) -> None:
+    farm = container_farm
+    for service in ("redis", "s3", "reconciler", "flower", "web", "worker"):
+        name = farm.container(service)
+        assert farm.inspect(name)["Config"]["Healthcheck"], f"{service} has no healthcheck"  # type: ignore[index]
+        wait_for(
+            f"{service}'s healthcheck to pass",
+            lambda n=name: podman("healthcheck", "run", n, check=False).returncode == 0,
+            120,
+            farm,
+        )
+
+
+def test_the_store_runs_as_compose_sets_it_up(container_farm: ContainerFarm) -> None:
+    """The one-shot s3-security step ran and exited 0; SeaweedFS reads its security.toml from
+    HOME=/weed-home (JWTs, client certificates), as a non-root user, and nothing but S3 is
+    published."""
+    farm = container_farm
+    step = farm.inspect(farm.container("s3-security"))
+    assert step["State"]["ExitCode"] == 0  # type: ignore[index]
+    s3 = farm.container("s3")
+    env = dict(e.split("=", 1) for e in farm.inspect(s3)["Config"]["Env"])  # type: ignore[index]
+    assert env["HOME"] == "/weed-home"
+    toml = podman("exec", s3, "cat", "/weed-home/.seaweedfs/security.toml").stdout
+    for section in ("[jwt.signing]", "[jwt.filer_signing]", "[grpc.master]", "[https.filer]"):
+        assert section in toml
+    assert podman("exec", s3, "id", "-u").stdout.strip() != "0"
+    ports = farm.inspect(s3)["HostConfig"]["PortBindings"]  # type: ignore[index]
+    assert list(ports) == ["8333/tcp"]
+    assert {b["HostIp"] for b in ports["8333/tcp"]} == {"127.0.0.1"}
+
+
+PROBE = r"""
+import json, socket, ssl, sys, urllib.error, urllib.request
+out = {}
+for host, port in json.loads(sys.argv[1]):
+    key = f"{host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=5) as sock:
+            sock.sendall(b"PING\r\n")
+            sock.settimeout(5)
+            first = sock.recv(64)
+    except OSError as exc:
+        out[key] = type(exc).__name__
+        continue
+    if first.startswith(b"-NOAUTH"):
+        out[key] = "NOAUTH"
+        continue
+    answers = []
+    for scheme in ("http", "https"):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        for method, data in (("GET", None), ("PUT", b"evil")):
+            url = f"{scheme}://{host}:{port}/farm/jobs/probe"
+            try:
+                req = urllib.request.Request(url, data=data, method=method)
+                with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
+                    answers.append(r.status)
+            except urllib.error.HTTPError as exc:
+                answers.append(exc.code)
+            except Exception as exc:
+                answers.append(type(exc).__name__)
+    out[key] = answers
+print(json.dumps(out))
+"""
+
+
+def _listening(container: str) -> list[int]:
+    text = podman("exec", container, "cat", "/proc/net/tcp", "/proc/net/tcp6").stdout
+    ports = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:
+            local = fields[1].rsplit(":", 1)
+            if not local[0].strip("0").startswith("100007F") and local[0] != "0100007F":
+                ports.add(int(local[1], 16))
+    return sorted(ports)
+
+
+def _refused(answer: object) -> bool:
+    if answer == "NOAUTH" or isinstance(answer, str):
+        return True
+    assert isinstance(answer, list)
+    return all(not (isinstance(a, int) and 200 <= a < 300) for a in answer)
+
+
+def test_every_port_refuses_an_anonymous_request(container_farm: ContainerFarm) -> None:
+    """From a neighbour on the farm's network (inside the worker container) to every port each
+    service listens on, SeaweedFS's HTTP and gRPC ports included, and from this host to every
+    published port: no anonymous read or write gets a 2xx."""
+    farm = container_farm
+    targets = []
+    for service in ("redis", "s3", "flower", "web"):
+        targets += [(service, port) for port in _listening(farm.container(service))]
+    assert ("s3", 8333) in targets and ("redis", 6379) in targets
+    assert len([t for t in targets if t[0] == "s3"]) >= 6, targets  # master, volume, filer, gRPC
+    probe = podman("exec", farm.container("worker"), "python3", "-c", PROBE, json.dumps(targets))
+    answers = json.loads(probe.stdout)
+    assert {k: v for k, v in answers.items() if not _refused(v)} == {}
+    settings = farm.settings()
+    published = [
+        int(p) for p in json.loads((farm.data / "containers.json").read_text())["ports"].values()
+    ]
+    assert len(published) == 4
+    local = subprocess_probe(published)
+    assert {k: v for k, v in local.items() if not _refused(v)} == {}, local
+    assert settings["s3_endpoint"].startswith("http://127.0.0.1:")
+
+
+def subprocess_probe(ports: list[int]) -> dict[str, object]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps([["127.0.0.1", p] for p in ports])],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return dict(json.loads(done.stdout))
+
+
+def _rendering(farm: ContainerFarm, job_id: str, worker: str) -> int | None:
+    """The chunk `worker` holds with a frame rendered already, if any."""
+    for chunk in status(farm, job_id)["chunks"]:
+        rendering = chunk["state"] == "rendering" and chunk["frames_rendered"] >= 1
+        if chunk["worker"] == worker and rendering:
+            return int(chunk["index"])
+    return None
+
+
+def _wait_rendering(farm: ContainerFarm, job_id: str, worker: str) -> int:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        chunk = _rendering(farm, job_id, worker)
+        if chunk is not None:
+            return chunk
+        time.sleep(0.2)
+    raise AssertionError(f"{worker} rendered no frame of {job_id} in 240 s\n{farm.logs()}")
+
+
+def test_spot_life_stop_kill_and_join_during_one_job(
+    container_farm: ContainerFarm, tmp_path: Path
+) -> None:
+    """GIVEN a job on two worker containers
+    WHEN one is stopped mid-chunk (`podman stop`: SIGTERM) THEN its chunk is handed back within
+    seconds, spending no try;
+    WHEN a third container is added (`farm up --containers --workers 3`) THEN it joins the job;
+    WHEN another is killed mid-chunk (`podman kill`) THEN its lease expires and another worker
+    takes the chunk;
+    AND the video holds every frame exactly once."""
+    farm = container_farm
+    first, second = farm.container("worker", 1), farm.container("worker", 2)
+    job_id = submit(farm, DEMO, "--frames", "1-24", "--chunk-size", "3", "--samples", "24")
+    leaving = farm.worker_name(first)
+    chunk = _wait_rendering(farm, job_id, leaving)
+
+    stopped_at = time.time()
+    podman("stop", "--time", "150", first)
+    stop_s = time.time() - stopped_at
+    wait_for(
+        "the stopped worker's chunk to be handed back",
+        lambda: (
+            status(farm, job_id)["chunks"][chunk]["worker"] != leaving
+            or status(farm, job_id)["chunks"][chunk]["state"] in ("interrupted", "queued")
+        ),
+        60,
+        farm,
+    )
+    handed = [e for e in farm.ledger().events(job_id)
+              if e["event"] == "chunk-interrupted" and e["chunk"] == chunk]  # fmt: skip
+    assert handed, farm.logs()
+    print(f"\npodman stop returned in {stop_s:.1f} s; chunk {chunk} handed back "
+          f"{handed[0]['t'] - stopped_at:.1f} s after the stop")  # fmt: skip
+    stopped = status(farm, job_id)["chunks"][chunk]
+    assert (stopped["interruptions"], stopped["failures"]) == (1, 0)
+
+    joined = farm.farm("up", "--containers", "--data", str(farm.data), "--workers", "3",
+                       timeout=600)  # fmt: skip
+    assert joined.returncode == 0, f"{joined.stdout}\n{joined.stderr}"
+    third = farm.container("worker", 3)
+    newcomer = farm.worker_name(third)
+    _wait_rendering(farm, job_id, newcomer)
+
+    killed = farm.worker_name(second)
+    lost = _wait_rendering(farm, job_id, killed)
+    podman("kill", second)
+    summary = wait_final(farm, job_id, 600)
+    assert summary["state"] == "done", f"{summary['error']}\n{farm.logs()}"
+
+    events = farm.ledger().events(job_id)
+    takers = [e["worker"] for e in events
+              if e["event"] == "chunk-rendering" and e["chunk"] == lost]  # fmt: skip
+    assert takers[-1] != killed, takers
+    assert any(e.get("worker") == newcomer for e in events if e["event"] == "chunk-rendering")
+    counts = farm.ledger().render_counts(job_id)
+    assert sorted(counts) == list(range(1, 25))
+    _assert_every_frame_once(farm, job_id, tmp_path)
+    podman("start", first, second)  # the farm as it was, for whatever runs after
+
+
+def _assert_every_frame_once(farm: ContainerFarm, job_id: str, work: Path) -> None:
+    """Each of the video's 24 frames is the stored frame of its own number and no other: the
+    best match of video frame i among the job's stored frames is frame i."""
+    import numpy as np
+
+    video = work / "out.mp4"
+    farm.store().get_file(f"jobs/{job_id}/output.mp4", video)
+    frames = _decode(video)
+    assert len(frames) == 24
+    stored = []
+    for number in range(1, 25):
+        png = work / f"{number:06d}.png"
+        farm.store().get_file(f"jobs/{job_id}/frames/{number:06d}.png", png)
+        stored.append(_decode(png)[0])
+    for i, frame in enumerate(frames):
+        errors = [float(np.abs(frame.astype(int) - s.astype(int)).mean()) for s in stored]
+        assert errors.index(min(errors)) == i, (
+            f"video frame {i + 1} looks like frame {errors.index(min(errors)) + 1}"
+        )
+
+
+def _decode(path: Path) -> Any:
+    import subprocess
+
+    import numpy as np
+
+    raw = subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(path), "-vf", "scale=80:45,format=gray",
+         "-f", "rawvideo", "-"],
+        capture_output=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    return np.frombuffer(raw, np.uint8).reshape(-1, 45, 80)
