@@ -1,4 +1,4 @@
-"""`python -m bench [overhead|saves|dispatch|stitch|store|ledger|simulate ...] [--quick]`: run the benchmarks,
+"""`python -m bench [overhead|saves|dispatch|stitch|store|ledger|simulate|containers ...] [--quick]`: run the benchmarks,
 each beside its baseline, write one JSON file under bench/results/ and print the table.
 `--rounds N --frames 48,96`: the overhead bench N times over, medians printed.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from bench import common
 from bench.common import LocalFarm, Row
 
-ALL = ("overhead", "saves", "dispatch", "stitch", "store", "ledger", "simulate")
+ALL = ("overhead", "saves", "dispatch", "stitch", "store", "ledger", "simulate", "containers")
 NEEDS_FARM = {"overhead", "dispatch", "store"}
 
 
@@ -31,7 +31,7 @@ def run(
 ) -> dict[str, Any]:
     """Run the named benchmarks; returns what was written to the results file. `rounds` and
     `frame_counts`: the overhead bench's (bench.overhead.run)."""
-    from bench import dispatch, ledger, overhead, saves, simulate, stitch, store
+    from bench import containers, dispatch, ledger, overhead, saves, simulate, stitch, store
 
     results: dict[str, Any] = {"machine": common.machine(), "quick": quick, "started": time.time()}
     rows: list[Row] = []
@@ -49,6 +49,7 @@ def run(
             "store": lambda: store.run(_need(farm), quick),
             "ledger": lambda: ledger.run(quick),
             "simulate": lambda: simulate.run(quick),
+            "containers": lambda: containers.run(quick),
         }
         for name in names:
             started = time.monotonic()

@@ -1,7 +1,7 @@
 """The container engine the farm's images are built and run with: podman (Debian's, with runc and
 the project's containers.conf) or Docker where an engine answers, and the compose beside it.
 
-Every engine command goes through farm.adapters.proc; a failure is a ConfigError carrying the
+Every engine command goes through farm.adapters.proc; a failure is a ContainerError (exit 2) carrying the
 engine's own last lines, so the CLI prints them and exits 2, never a traceback.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm.adapters import proc
-from farm.core.errors import ConfigError, PermanentError
+from farm.core.errors import ContainerError, PermanentError
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout farm runs from: docker-compose.yml, the Dockerfiles and containers.conf."""
@@ -43,15 +44,17 @@ class Engine:
             return proc.capture(self.argv(*args), timeout_s=timeout_s, env=self.env)
         except proc.Timeout as exc:
             what = f"{self.name} {' '.join(args[:2])}"
-            raise ConfigError(f"`{what}` took over {timeout_s:.0f} s") from exc
+            raise ContainerError(f"`{what}` took over {timeout_s:.0f} s") from exc
         except PermanentError as exc:
-            raise ConfigError(f"{exc}: {INSTALL_HINT}") from exc
+            raise ContainerError(f"{exc}: {INSTALL_HINT}") from exc
 
     def check(self, *args: str, what: str = "", timeout_s: float = 120.0) -> str:
-        """Run `args`; its stdout, or a ConfigError with the engine's own words."""
+        """Run `args`; its stdout, or a ContainerError with the engine's own words."""
         done = self.capture(*args, timeout_s=timeout_s)
         if done.returncode != 0:
-            raise ConfigError(f"{what or self.name + ' ' + args[0]} failed: {_last(done.stderr)}")
+            raise ContainerError(
+                f"{what or self.name + ' ' + args[0]} failed: {_last(done.stderr)}"
+            )
         return str(done.stdout)
 
     def stream(
@@ -62,11 +65,11 @@ class Engine:
         try:
             result = proc.run(argv, on_line=on_line, log_path=log_path, env=self.env)
         except PermanentError as exc:
-            raise ConfigError(f"{exc}: {INSTALL_HINT}") from exc
+            raise ContainerError(f"{exc}: {INSTALL_HINT}") from exc
         if result.returncode != 0:
-            errors = [ln for ln in result.tail if "rror" in ln]
+            errors = [ln for ln in result.tail if "error" in ln.lower() and not _NOISE.search(ln)]
             tail = "\n  ".join((errors or result.tail)[-12:])
-            raise ConfigError(f"{what} failed (exit {result.returncode}; {log_path}):\n  {tail}")
+            raise ContainerError(f"{what} failed (exit {result.returncode}; {log_path}):\n  {tail}")
 
     def image_exists(self, ref: str) -> bool:
         return (
@@ -83,8 +86,14 @@ class Engine:
         return dict(raw[0]) if raw else {}
 
 
+_NOISE = re.compile(r"systemd connection|healthcheck timer|Removing timer for container")
+"""What podman says on every command on a host without systemd (its healthcheck timers): never
+the error a person needs to see."""
+
+
 def _last(text: str, lines: int = 6) -> str:
-    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    kept = [ln for ln in text.strip().splitlines() if ln.strip() and not _NOISE.search(ln)]
+    kept = kept[-lines:]
     return "\n  ".join(kept) or "(no output)"
 
 
@@ -99,22 +108,22 @@ def find(prefer: str = "") -> Engine:
     podman = shutil.which("podman")
     if podman and prefer in ("", "podman"):
         if not shutil.which("runc"):
-            raise ConfigError(
+            raise ContainerError(
                 "podman needs runc here (crun refuses hybrid cgroups): apt-get install runc"
             )
         compose = shutil.which("podman-compose") or shutil.which("podman-compose", path=str(here))
         if not compose:
-            raise ConfigError("podman-compose is not installed: pip install podman-compose")
+            raise ContainerError("podman-compose is not installed: pip install podman-compose")
         return Engine("podman", podman, (compose,), env)
     docker = shutil.which("docker")
     if docker and prefer in ("", "docker"):
         engine = Engine("docker", docker, (docker, "compose"), clean)
         if engine.capture("info", "--format", "{{.ServerVersion}}", timeout_s=20).returncode == 0:
             return engine
-        raise ConfigError(
+        raise ContainerError(
             f"docker is installed but no Docker engine answers (`docker info` fails): start it, or {INSTALL_HINT}"
         )
-    raise ConfigError(
+    raise ContainerError(
         f"no container engine{f' {prefer!r}' if prefer else ''} found: {INSTALL_HINT}"
     )
 

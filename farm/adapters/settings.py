@@ -133,8 +133,8 @@ class Settings(BaseSettings):
     it on its cache of the scenes themselves; least recently used files go first (workers.phases.scene_tree,
     workers.janitor)."""
     blender: str = "bpy"
-    """`bpy`: Blender 4.5 LTS as the PyPI wheel, run as a child Python (the local farm); else the
-    path of a Blender binary of the same release (the worker image's official tarball)."""
+    """`bpy`: Blender 4.5 LTS as the PyPI wheel, run as a child Python (the local farm and the
+    worker image); else the path of a Blender binary of the same release."""
     ffmpeg: str = "ffmpeg"
     """The ffmpeg binary the encode and the stitch run."""
     ffprobe: str = "ffprobe"

@@ -17,7 +17,14 @@ from farm.cli.control import COMMANDS as CONTROL_COMMANDS
 from farm.cli.serve import COMMANDS as SERVE_COMMANDS
 from farm.cli.submit import settings_text, submit, trace_fixed_scene, wait_for_job
 from farm.core import keys
-from farm.core.errors import ConfigError, FarmError, SpecError, UnknownJob, UnreachableError
+from farm.core.errors import (
+    ConfigError,
+    ContainerError,
+    FarmError,
+    SpecError,
+    UnknownJob,
+    UnreachableError,
+)
 from farm.core.report import (
     jobs_table,
     printable,
@@ -41,7 +48,7 @@ class FarmGroup(click.Group):
             hint = _hint(ctx, exc)
             said = f"farm: error: {str(exc).rstrip('.') if hint else exc}{hint}"
             click.echo(printable(said), err=True)  # a scene's paths may be in it
-            ctx.exit(2 if isinstance(exc, (SpecError, UnknownJob)) else 1)
+            ctx.exit(2 if isinstance(exc, (SpecError, UnknownJob, ContainerError)) else 1)
         except OSError as exc:  # a file of the user's: a DEST that cannot be written, a full disk
             if ctx.meta.get("debug"):
                 raise

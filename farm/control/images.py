@@ -30,9 +30,10 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from farm.adapters import proc
 from farm.adapters.engine import ROOT, Engine
-from farm.core.errors import ConfigError
+from farm.core.errors import ContainerError
 
 TAG = "dev"
+LABEL = "io.farm.image"
 LOCAL_BASE = "localhost/farm-base:bookworm"
 REGISTRY_BASE = "docker.io/library/debian:bookworm-slim"
 MIRROR = "http://deb.debian.org/debian"
@@ -84,10 +85,13 @@ def build(
         started = time.monotonic()
         say(f"building {image.ref} (base {base})")
         argv = engine.argv("build", "--network", "host", "--build-arg", f"BASE={base}")
+        argv += ["--label", f"{LABEL}={image.name}"]
         argv += ["-f", str(root / image.dockerfile), "-t", image.ref, str(root)]
         _build_step(engine, argv, image.ref, out / f"{image.name}.log")
         size = int(str(engine.image_info(image.ref).get("Size", 0)))
         built.append(Built(image.ref, time.monotonic() - started, size))
+    # The images the new ones replaced, untagged now: only the farm's own, by their label.
+    engine.capture("image", "prune", "--force", "--filter", f"label={LABEL}", timeout_s=300)
     return built
 
 
@@ -107,14 +111,14 @@ def _build_step(engine: Engine, argv: list[str], ref: str, log_path: Path) -> No
 
     try:
         engine.stream(argv, what=f"building {ref}", log_path=log_path, on_line=watch)
-    except ConfigError as exc:
+    except ContainerError as exc:
         where = f" at {step[:160]}" if step else ""
         if trouble:
-            raise ConfigError(
+            raise ContainerError(
                 f"building {ref} failed{where}: this step needs the network and has none "
                 f"({trouble[:200]}); see {log_path}"
             ) from exc
-        raise ConfigError(f"{exc}{chr(10)}  (stopped{where})") from exc
+        raise ContainerError(f"{exc}{chr(10)}  (stopped{where})") from exc
 
 
 def resolve_base(engine: Engine, base: str, out: Path, say: Callable[[str], None]) -> str:
@@ -133,18 +137,20 @@ def resolve_base(engine: Engine, base: str, out: Path, say: Callable[[str], None
 
 
 def _first_error(text: str) -> str:
-    return next((ln.strip() for ln in text.splitlines() if "rror" in ln), text.strip()[:120])
+    return next(
+        (ln.strip() for ln in text.splitlines() if "error" in ln.lower()), text.strip()[:120]
+    )
 
 
 def debootstrap_base(engine: Engine, out: Path, say: Callable[[str], None]) -> None:
     """Debian 12 minbase from its mirror, with its security updates, imported as LOCAL_BASE."""
     if os.geteuid() != 0:
-        raise ConfigError(
+        raise ContainerError(
             "making the local base image needs root (debootstrap): run `sudo make image`, or "
             "pass BASE=<an image with Debian 12> where a registry answers"
         )
     if not shutil.which("debootstrap"):
-        raise ConfigError("debootstrap is not installed: apt-get install debootstrap")
+        raise ContainerError("debootstrap is not installed: apt-get install debootstrap")
     rootfs = out / "base-rootfs"
     shutil.rmtree(rootfs, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -176,7 +182,7 @@ def wheelhouse(root: Path, out: Path, say: Callable[[str], None]) -> None:
     (the farm's own wheel) and build/image/seaweedfs/weed, each remade only when its inputs
     changed."""
     if sys.version_info[:2] != PYTHON:
-        raise ConfigError(
+        raise ContainerError(
             f"the images' wheelhouse is made with Python {PYTHON[0]}.{PYTHON[1]} (the bpy "
             f"wheel's and Debian 12's); this is {sys.version.split()[0]}: run it from the "
             "project's venv (make image)"
@@ -218,7 +224,7 @@ def _pip(args: list[str], out: Path) -> None:
         [sys.executable, "-m", "pip", *args], log_path=out / "pip.log", env=os.environ
     )
     if result.returncode != 0:
-        raise ConfigError(
+        raise ContainerError(
             "pip could not make the wheelhouse (it uses this host's pip index and CA):\n  "
             + "\n  ".join(result.tail[-8:])
         )

@@ -31,6 +31,11 @@ class ConfigError(FarmError):
     """Settings are missing or inconsistent: run `farm up` or set the FARM_* variables."""
 
 
+class ContainerError(ConfigError):
+    """The container engine is missing, or refused a build or a compose command: what to
+    install, the build step that stopped, or the engine's own words (CLI exit code 2)."""
+
+
 class TransientError(FarmError):
     """A hiccup worth retrying with backoff (network, broker, object store)."""
 

@@ -7,8 +7,8 @@ release as the `bpy` wheel (pyproject.toml). Workers report their version in the
 from __future__ import annotations
 
 BLENDER_RELEASE = "4.5.4"
-"""The release every worker runs: the official tarball in workers/Dockerfile and `bpy==4.5.4`
-locally (Blender 4.5 LTS)."""
+"""The release every worker runs (Blender 4.5 LTS): the `bpy==4.5.4` wheel pinned in
+pyproject.toml, the same wheel in the worker image (workers/Dockerfile) as on the local farm."""
 
 BLENDER_MIN_VERSION: tuple[int, int] = (3, 4)
 """Oldest Blender the render script supports (Debian 12's 3.4.1, still used to build fixtures)."""

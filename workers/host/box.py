@@ -109,9 +109,11 @@ def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) 
     if done is None or done.returncode != 0:
         raise ConfigError(
             f"bwrap cannot make a box on this host ({said[-300:]}), so this worker would fail "
-            "every scene: in a container, run it as docker-compose.yml does (security_opt "
-            "seccomp and apparmor unconfined: the box takes their place), or set "
-            "FARM_SANDBOX=off on a host that only renders scenes you trust"
+            "every scene: in a container, run it as docker-compose.yml does (docker: "
+            "--security-opt seccomp=unconfined --security-opt apparmor=unconfined "
+            "--security-opt systempaths=unconfined; Kubernetes: seccompProfile Unconfined and "
+            "procMount: Unmasked, with the pod's hostUsers: false; the box takes their place), "
+            "or set FARM_SANDBOX=off on a host that only renders scenes you trust"
         )
     if not trial.tmpfs_bytes:
         log.warning("this bwrap has no --size (bubblewrap 0.7+): the box's /tmp is not capped")
