@@ -98,20 +98,26 @@ def require_tools() -> None:
         )
 
 
-def start_farm(
-    base: Path, workers: int = 2, extra_env: dict[str, str] | None = None, *up_args: str
-) -> LocalFarm:
-    require_tools()
-    config = base / "config.json"
-    env = {
+def farm_env(config: Path, **extra: str) -> dict[str, str]:
+    """The environment the tests run a farm's commands in: this one's less any FARM_* setting,
+    the farm's config, short leases and a memory cap on Blender."""
+    return {
         **{k: v for k, v in os.environ.items() if not k.startswith("FARM_")},
         "FARM_CONFIG": str(config),
         "FARM_LEASE_S": "6",
         "FARM_RECONCILE_INTERVAL_S": "1",
         # Keep a runaway test scene from eating the machine (see tests/e2e/test_failures.py).
         "FARM_RENDER_MEMORY_LIMIT_MB": "4096",
-        **(extra_env or {}),
+        **extra,
     }
+
+
+def start_farm(
+    base: Path, workers: int = 2, extra_env: dict[str, str] | None = None, *up_args: str
+) -> LocalFarm:
+    require_tools()
+    config = base / "config.json"
+    env = farm_env(config, **(extra_env or {}))
     farm = LocalFarm(data=base / "data", config=config, env=env)
     farm.farm(
         "up", "--data", str(farm.data), "--workers", str(workers), *up_args, check=True, timeout=180

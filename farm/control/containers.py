@@ -24,14 +24,14 @@ from farm.adapters.settings import Settings, save_settings
 from farm.adapters.store import Store
 from farm.control import images
 from farm.control.local import (
-    HOST,
     Farm,
-    _enough,
-    _http_answers,
-    _port_free,
-    _secrets,
-    _wait_for,
+    enough,
+    farm_secrets,
+    farm_settings,
     free_port,
+    http_answers,
+    port_free,
+    wait_for,
 )
 from farm.core.errors import ConfigError
 from farm.ledger import Ledger
@@ -131,7 +131,7 @@ def up(
     farm.files = [str(COMPOSE_FILE)] + ([] if engines.nvidia_gpu() else [str(CPU_FILE)])
     farm.workers = workers
     _assign_ports(farm)
-    keys = _secrets(data)
+    keys = farm_secrets(data)
     write_private(farm.env_file, _env_file(farm, keys, base))
     farm.save()
     log_path = data / "logs/compose.log"
@@ -139,16 +139,16 @@ def up(
     argv = farm.compose(engine, "up", "-d", "--scale", f"worker={workers}", *SERVICES)
     argv += ["worker"] if workers else []
     engine.stream(argv, what=f"{engine.name} compose up", log_path=log_path, on_line=lambda _: None)
-    settings = _settings(base, data, farm.ports, keys)
+    settings = farm_settings(base, data, farm.ports, keys)
     save_settings(settings, config_path)
     ledger = Ledger.from_url(settings.redis_url)
-    _wait_for("Redis", ledger.ping, 60, log_path)
-    _wait_for("the S3 server", Store.from_settings(settings).ensure_bucket, 120, log_path)
+    wait_for("Redis", ledger.ping, 60, log_path)
+    wait_for("the S3 server", Store.from_settings(settings).ensure_bucket, 120, log_path)
     for name, url in (("Flower", settings.flower_url), ("farm web", settings.web_url)):
-        _wait_for(name, lambda u=url: _http_answers(u, ""), 90, log_path)
-    _wait_for(
+        wait_for(name, lambda u=url: http_answers(u, ""), 90, log_path)
+    wait_for(
         f"{workers} worker containers",
-        lambda: _enough(len(ledger.workers()), workers),
+        lambda: enough(len(ledger.workers()), workers),
         180,
         log_path,
     )
@@ -203,7 +203,7 @@ def _assign_ports(farm: ContainerFarm) -> None:
     ours = bool(farm.ports) and farm.state_file.exists()
     for name in PORTS:
         port = farm.ports.get(name)
-        if port is None or not (ours or _port_free(port)):
+        if port is None or not (ours or port_free(port)):
             port = free_port()
             while port in farm.ports.values():
                 port = free_port()
@@ -229,25 +229,3 @@ def _env_file(farm: ContainerFarm, keys: dict[str, str], base: Settings) -> str:
         if re.search(r"[\s'\"$\\#]", value):
             raise ConfigError(f"{name} has a character compose's env file cannot hold: {value!r}")
     return "".join(f"{name}={value}\n" for name, value in values.items())
-
-
-def _settings(base: Settings, data: Path, ports: dict[str, int], keys: dict[str, str]) -> Settings:
-    """What the CLI on this machine reads: the published ports on loopback."""
-    return base.replace(
-        redis_url=f"redis://:{keys['redis_password']}@{HOST}:{ports['redis']}/0",
-        s3_endpoint=f"http://{HOST}:{ports['s3']}",
-        s3_bucket="farm",
-        s3_access_key=keys["s3_access_key"],
-        s3_secret_key=keys["s3_secret_key"],
-        flower_url=f"http://{HOST}:{ports['flower']}",
-        flower_user=keys["flower_user"],
-        flower_password=keys["flower_password"],
-        web_url=f"http://{HOST}:{ports['web']}",
-        ca_file="",
-        tls_cert_file="",
-        tls_key_file="",
-        webhook_secret=base.webhook_secret or keys["webhook_secret"],
-        data_dir=str(data),
-        scratch_dir=str(data / "scratch"),
-        imds_url="",
-    )

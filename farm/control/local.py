@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ def free_port() -> int:
         return port
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
     with socket.socket() as sock:
         try:
             sock.bind((HOST, port))
@@ -100,7 +101,7 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def _secrets(data: Path) -> dict[str, str]:
+def farm_secrets(data: Path) -> dict[str, str]:
     """Generated on first start, kept (owner-only) so the data stays reachable across restarts."""
     path = data / "secrets.json"
     if path.exists():
@@ -141,7 +142,7 @@ def _find(binary: str, hint: str) -> str:
     return found
 
 
-def _wait_for(what: str, check: Any, timeout_s: float, log_path: Path) -> None:
+def wait_for(what: str, check: Any, timeout_s: float, log_path: Path) -> None:
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -156,7 +157,7 @@ def _wait_for(what: str, check: Any, timeout_s: float, log_path: Path) -> None:
     )
 
 
-def _http_answers(url: str, ca_file: str) -> None:
+def http_answers(url: str, ca_file: str) -> None:
     """Any HTTP answer will do (Flower says 401 without credentials): the server is up."""
     context = (
         ssl.create_default_context(cafile=ca_file or None) if url.startswith("https") else None
@@ -169,7 +170,7 @@ def _http_answers(url: str, ca_file: str) -> None:
         raise UnreachableError(str(exc)) from exc
 
 
-def _enough(have: int, want: int) -> None:
+def enough(have: int, want: int) -> None:
     if have < want:
         raise UnreachableError(f"{have} of {want} registered")
 
@@ -281,11 +282,13 @@ def up(
             f"the farm in {data} is partly running ({', '.join(sorted(farm.running()))}); "
             "run `farm down` first"
         )
-    keys = _secrets(data)
+    keys = farm_secrets(data)
     _assign_ports(farm)
     farm.pids = {}
     certs = tls.ensure_local_ca(data / "tls")
-    settings = _farm_settings(base, data, farm.ports, keys, certs, use_tls=use_tls)
+    clients = {"redis": farm.ports["redis"], "s3": farm.ports["weed.s3.port"]}
+    clients |= {"flower": farm.ports["flower"], "web": farm.ports["web"]}
+    settings = farm_settings(base, data, clients, keys, certs if use_tls else None)
     save_settings(settings, config_path)
     env = {**os.environ, "FARM_CONFIG": str(config_path)}
     try:
@@ -293,27 +296,27 @@ def up(
         _start_weed(farm, keys, https=use_tls)
         farm.save()
         ledger = Ledger.from_url(settings.redis_url)
-        _wait_for("Redis", ledger.ping, 30, data / "logs/redis.log")
+        wait_for("Redis", ledger.ping, 30, data / "logs/redis.log")
         store = Store.from_settings(settings)
-        _wait_for("the S3 server", store.ensure_bucket, 90, data / "logs/s3.log")
+        wait_for("the S3 server", store.ensure_bucket, 90, data / "logs/s3.log")
         _start_workers(farm, env, workers, threads, worker_cpus(workers, pin))
         _start_services(farm, env)
         farm.save()
-        _wait_for(
+        wait_for(
             "Flower",
-            lambda: _http_answers(settings.flower_url, settings.ca_file),
+            lambda: http_answers(settings.flower_url, settings.ca_file),
             60,
             data / "logs/flower.log",
         )
-        _wait_for(
+        wait_for(
             "farm web",
-            lambda: _http_answers(settings.web_url, settings.ca_file),
+            lambda: http_answers(settings.web_url, settings.ca_file),
             60,
             data / "logs/web.log",
         )
-        _wait_for(
+        wait_for(
             f"{workers} workers",
-            lambda: _enough(len(ledger.workers()), workers),
+            lambda: enough(len(ledger.workers()), workers),
             120,
             data / "logs/worker1.log",
         )
@@ -326,31 +329,31 @@ def up(
 def _assign_ports(farm: Farm) -> None:
     """Keep each server's port from the last run where it is still free; a new one elsewhere."""
     wanted = ["redis", "flower", "web", *("weed." + n for n in _WEED_PORTS)]
-    farm.ports = {n: p for n, p in farm.ports.items() if n in wanted and _port_free(p)}
+    farm.ports = {n: p for n, p in farm.ports.items() if n in wanted and port_free(p)}
     for name in wanted:
         # A port free a moment ago may be handed out again: never give two servers the same one.
         while name not in farm.ports or list(farm.ports.values()).count(farm.ports[name]) > 1:
             farm.ports[name] = free_port()
 
 
-def _farm_settings(
+def farm_settings(
     base: Settings,
     data: Path,
-    ports: dict[str, int],
+    ports: Mapping[str, int],
     keys: dict[str, str],
-    certs: tuple[Path, Path, Path],
-    *,
-    use_tls: bool,
+    tls_files: tuple[Path, Path, Path] | None = None,
 ) -> Settings:
-    """The settings every process of this farm reads: its addresses, passwords and folders."""
-    ca, cert, key = certs
-    scheme = "https" if use_tls else "http"
+    """The settings every client of this farm reads: its addresses on loopback (`ports`: redis,
+    s3, flower, web), passwords and folders; `tls_files` (CA, certificate, key) for a TLS farm.
+    `farm up` and `farm up --containers` both write them."""
+    scheme = "https" if tls_files else "http"
     redis_url = f"redis://:{keys['redis_password']}@{HOST}:{ports['redis']}/0"
-    if use_tls:
-        redis_url = tls.rediss_url(keys["redis_password"], HOST, ports["redis"], ca)
+    ca, cert, key = (str(p) for p in tls_files) if tls_files else ("", "", "")
+    if tls_files:
+        redis_url = tls.rediss_url(keys["redis_password"], HOST, ports["redis"], tls_files[0])
     return base.replace(
         redis_url=redis_url,
-        s3_endpoint=f"{scheme}://{HOST}:{ports['weed.s3.port']}",
+        s3_endpoint=f"{scheme}://{HOST}:{ports['s3']}",
         s3_bucket="farm",
         s3_access_key=keys["s3_access_key"],
         s3_secret_key=keys["s3_secret_key"],
@@ -358,9 +361,9 @@ def _farm_settings(
         flower_user=keys["flower_user"],
         flower_password=keys["flower_password"],
         web_url=f"{scheme}://{HOST}:{ports['web']}",
-        ca_file=str(ca) if use_tls else "",
-        tls_cert_file=str(cert) if use_tls else "",
-        tls_key_file=str(key) if use_tls else "",
+        ca_file=ca,
+        tls_cert_file=cert,
+        tls_key_file=key,
         webhook_secret=base.webhook_secret or keys["webhook_secret"],
         data_dir=str(data),
         scratch_dir=str(data / "scratch"),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import ROOT, LocalFarm
+from tests.conftest import ROOT, LocalFarm, farm_env
 
 PROJECT_CONF = ROOT / "infra/containers/containers.conf"
 
@@ -83,14 +83,7 @@ def container_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Contain
     require_engine()
     base = tmp_path_factory.mktemp("container-farm")
     config = base / "config.json"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("FARM_")},
-        "FARM_CONFIG": str(config),
-        "FARM_LEASE_S": "6",
-        "FARM_RECONCILE_INTERVAL_S": "1",
-        "FARM_SHUTDOWN_GRACE_S": "0",
-        "FARM_RENDER_MEMORY_LIMIT_MB": "4096",
-    }
+    env = farm_env(config, FARM_SHUTDOWN_GRACE_S="0")
     farm = ContainerFarm(data=base / "data", config=config, env=env)
     # A cold image build (debootstrap, apt, the bpy wheel) takes minutes; cached, seconds.
     up = farm.farm("up", "--containers", "--data", str(farm.data), "--workers", "2", timeout=1800)
