@@ -137,14 +137,21 @@ def _up_containers(ctx: click.Context, data: Path, workers: int, use_tls: bool) 
     help="The base image: auto (a local debootstrap base, else Debian's from a registry, else "
     "one made by debootstrap), or any image with Debian 12's packages and Python 3.11.",
 )
-def image(base: str) -> None:
+@click.option(
+    "--refresh",
+    is_flag=True,
+    help="Make the base and every layer again (Debian's security updates; the layer cache never "
+    "sees them).",
+)
+def image(base: str, refresh: bool) -> None:
     """Build the farm's images (farm-worker, farm-redis, farm-seaweedfs) from this checkout."""
     from farm.adapters import engine
     from farm.control import images
 
-    for built in images.build(
-        engine.find(), base=base, say=lambda line: click.echo(line, err=True)
-    ):
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    for built in images.build(engine.find(), base=base, refresh=refresh, say=say):
         click.echo(f"{built.ref}  {built.size_bytes / 1e6:,.0f} MB  built in {built.seconds:.1f} s")
 
 

@@ -91,7 +91,7 @@ def build(
     a `RUN apt-get` line is its own cache key)."""
     out = root / "build/image"
     if refresh and base == "auto" and engine.image_exists(LOCAL_BASE):
-        engine.check("rmi", LOCAL_BASE)
+        debootstrap_base(engine, out, say)  # the tag moves; images built on the old one keep it
     base = resolve_base(engine, base, out, say)
     wheelhouse(root, out, say)
     built = []

@@ -138,6 +138,21 @@ def test_the_store_refuses_to_start_without_its_security(container_farm: Contain
     assert "refusing to serve without the store's certificates and JWTs" in alone.stderr
 
 
+def test_no_secret_is_in_any_process_argv(container_farm: ContainerFarm) -> None:
+    """Every user of the host can read every process's command line (`ps`): the farm's
+    passwords and keys are in none, the containers' included."""
+    keys = json.loads((container_farm.data / "secrets.json").read_text())
+    secrets = [keys[k] for k in ("redis_password", "s3_secret_key", "flower_password")]
+    leaks = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        leaks += [argv.replace("\0", " ")[:120] for secret in secrets if secret in argv]
+    assert leaks == []
+
+
 PROBE = r"""
 import json, socket, ssl, sys, urllib.error, urllib.request
 out = {}

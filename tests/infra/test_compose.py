@@ -124,9 +124,17 @@ def test_ports_are_published_on_loopback_only(compose: dict[str, Any]) -> None:
 
 
 def test_redis_requires_a_password_and_appends(compose: dict[str, Any]) -> None:
-    command = compose["services"]["redis"]["command"]
-    assert command[command.index("--requirepass") + 1].startswith("${FARM_REDIS_PASSWORD:?")
+    """The password reaches Redis through its environment and an owner-only config the image
+    writes, never its argv (which `ps` shows every user of the host)."""
+    redis = compose["services"]["redis"]
+    command = redis["command"]
     assert command[command.index("--appendonly") + 1] == "yes"
+    assert not any("PASSWORD" in str(arg) for arg in command)
+    assert redis["environment"]["REDIS_PASSWORD"].startswith("${FARM_REDIS_PASSWORD:?")
+    dockerfile = (REPO / "infra/images/redis/Dockerfile").read_text()
+    entry = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    assert "umask 077" in entry[2] and "unset REDIS_PASSWORD" in entry[2]
+    assert entry[2].endswith('exec redis-server /tmp/redis.conf "$@"')
 
 
 def test_every_image_is_built_from_this_repo_as_make_image_builds_it(
