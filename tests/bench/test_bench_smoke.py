@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import dispatch, ledger, overhead, saves, stitch, store
+from bench import containers, dispatch, ledger, overhead, saves, stitch, store
 from bench.common import ROOT, LocalFarm, Row
 
 
@@ -70,6 +70,21 @@ def test_ledger_smoke() -> None:
     _rows_ok(rows, "ledger")
     assert result["transitions_per_s"] > 0 and result["ping_round_trips_per_s"] > 0
     assert result["round_trips_per_chunk"] == 6  # see bench.ledger.chunk_life
+
+
+def test_containers_smoke() -> None:
+    """The container farm beside the process farm, once: both ran the job, a stopped worker
+    handed its chunk back, and the images were measured."""
+    result, rows = containers.run(quick=True)
+    _rows_ok(rows, "containers")
+    assert len(result["process_s"]) == 2 and len(result["container_s"]) == 1
+    assert all(s > 0 for s in result["process_s"] + result["container_s"])
+    assert result["stop_to_handback_s"] >= 0
+    assert set(result["image_sizes_mb"]) == {
+        "farm-redis:dev",
+        "farm-seaweedfs:dev",
+        "farm-worker:dev",
+    }
 
 
 def test_stitch_smoke() -> None:
