@@ -155,12 +155,32 @@ def test_no_secret_is_in_any_process_argv(container_farm: ContainerFarm) -> None
 
 PROBE = r"""
 import json, socket, ssl, sys, urllib.error, urllib.request
+
+def attempt(scheme, host, port, method, path, data):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        req = urllib.request.Request(f"{scheme}://{host}:{port}{path}", data=data, method=method)
+        with urllib.request.urlopen(req, timeout=20, context=ctx) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        return type(reason).__name__ if isinstance(reason, Exception) else "URLError"
+    except Exception as exc:
+        return type(exc).__name__
+
+# An object read and write (S3, the filer, a volume), a file id from the master.
+TRIES = (("GET", "/farm/jobs/probe", None), ("PUT", "/farm/jobs/probe", b"evil"),
+         ("GET", "/dir/assign", None))
 out = {}
 for host, port in json.loads(sys.argv[1]):
     key = f"{host}:{port}"
     try:
         with socket.create_connection((host, port), timeout=20) as sock:
             sock.sendall(b"PING\r\n")
+            sock.settimeout(3)  # Redis answers at once; HTTP servers wait for a whole request
             try:
                 first = sock.recv(64)
             except OSError:  # an HTTP server waits for the rest of a request
@@ -171,23 +191,9 @@ for host, port in json.loads(sys.argv[1]):
     if first.startswith(b"-NOAUTH"):
         out[key] = "NOAUTH"
         continue
-    answers = []
-    for scheme in ("http", "https"):
-        ctx = ssl.create_default_context()
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        # An object read and write (S3, the filer, a volume), a file id from the master.
-        for method, path, data in (("GET", "/farm/jobs/probe", None),
-                                   ("PUT", "/farm/jobs/probe", b"evil"),
-                                   ("GET", "/dir/assign", None)):
-            url = f"{scheme}://{host}:{port}{path}"
-            try:
-                req = urllib.request.Request(url, data=data, method=method)
-                with urllib.request.urlopen(req, timeout=20, context=ctx) as r:
-                    answers.append(r.status)
-            except urllib.error.HTTPError as exc:
-                answers.append(exc.code)
-            except Exception as exc:
-                answers.append(type(exc).__name__)
+    answers = [attempt("http", host, port, *t) for t in TRIES]
+    if not any(isinstance(a, int) for a in answers):  # no plain HTTP here: TLS, then
+        answers += [attempt("https", host, port, *t) for t in TRIES]
     out[key] = answers
 print(json.dumps(out))
 """
@@ -209,7 +215,7 @@ def _listening(container: str) -> list[int]:
     return sorted(ports)
 
 
-INCONCLUSIVE = ("TimeoutError", "timeout")
+INCONCLUSIVE = ("TimeoutError", "timeout", "SSLTimeoutError")
 """No answer in 20 s says nothing about a port: never taken for a refusal."""
 
 
@@ -222,7 +228,7 @@ def _refused(service: str, port: int, answer: object) -> bool:
         return answer == "NOAUTH"
     if not isinstance(answer, list) or any(a in INCONCLUSIVE for a in answer):
         return False
-    plain = answer[:3]  # over http; then the same over https
+    plain = answer[:3]  # over http; then, where no HTTP answered, the same over https
     if (service, port) == ("s3", 8333) and plain != [403, 403, 403]:
         return False
     if service == "web" and plain != [401, 401, 401]:
