@@ -18,22 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, LocalFarm, Row
+from farm.adapters import engine as engines
+from farm.control import containers
 
 DEMO = ROOT / "scenes/demo.blend"
-PROJECT_CONF = ROOT / "infra/containers/containers.conf"
 
 
 def _env(base: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
     env.update(FARM_CONFIG=str(base / "config.json"), FARM_SHUTDOWN_GRACE_S="0")
     return env
-
-
-def _podman(*args: str) -> str:
-    env = {**os.environ, "CONTAINERS_CONF": str(PROJECT_CONF)}
-    return subprocess.run(
-        ["podman", *args], capture_output=True, text=True, check=True, env=env, timeout=300
-    ).stdout
 
 
 def _job(farm: LocalFarm, frames: int) -> float:
@@ -50,7 +44,7 @@ def _job(farm: LocalFarm, frames: int) -> float:
     return took
 
 
-def _handback_s(farm: LocalFarm, project: str) -> float:
+def _handback_s(farm: LocalFarm) -> float:
     """`podman stop` of a worker with a chunk in hand to that chunk's `chunk-interrupted`."""
     out = farm.farm(
         "submit", str(DEMO), "--frames", "1-8", "--chunk-size", "8", "--resolution", "320x180",
@@ -64,18 +58,19 @@ def _handback_s(farm: LocalFarm, project: str) -> float:
         if chunk.get("state") == "rendering" and int(chunk.get("frames_rendered", 0) or 0) >= 1:
             break
         time.sleep(0.1)
-    worker = str(chunk["worker"]).removeprefix("farm@")
+    boxed = containers.ContainerFarm.load(farm.data)
+    engine = engines.find(boxed.engine)
     name = next(
-        n for n in _podman("ps", "--format", "{{.Names}}").split()
-        if n.startswith(project) and _podman("inspect", "--format", "{{.Config.Hostname}}", n).strip() == worker
+        n for n in containers.containers_of(boxed, engine, service="worker", every=False)
+        if f"farm@{engine.inspect(n)['Config']['Hostname']}" == chunk["worker"]  # type: ignore[index]
     )  # fmt: skip
     stopped = time.time()
-    _podman("stop", "--time", "150", name)
+    engine.check("stop", "--time", "150", name, timeout_s=300)
     while time.monotonic() < deadline:
         events = [e for e in ledger.events(job_id) if e["event"] == "chunk-interrupted"]
         if events:
             farm.farm("cancel", job_id)
-            _podman("start", name)
+            engine.check("start", name)
             return float(events[0]["t"]) - stopped
         time.sleep(0.05)
     raise RuntimeError("the stopped worker's chunk was never handed back")
@@ -100,7 +95,6 @@ def run(quick: bool, rounds: int = 2) -> tuple[dict[str, Any], list[Row]]:
     try:
         procs.farm("up", "--data", str(procs.data), "--workers", "2")
         boxed.farm("up", "--containers", "--data", str(boxed.data), "--workers", "2")
-        project = json.loads((boxed.data / "containers.json").read_text())["project"]
         _job(procs, 4)  # each farm's Blenders warm, its scene cached
         _job(boxed, 4)
         process_s = [_job(procs, frames)]
@@ -109,11 +103,9 @@ def run(quick: bool, rounds: int = 2) -> tuple[dict[str, Any], list[Row]]:
             container_s.append(_job(boxed, frames))
             process_s.append(_job(procs, frames))
         ratios = [c / ((process_s[i] + process_s[i + 1]) / 2) for i, c in enumerate(container_s)]
-        handback = _handback_s(boxed, project)
+        handback = _handback_s(boxed)
     finally:
         procs.close()
-        from farm.control import containers
-
         containers.down(boxed.data, volumes=True)
     ratio = statistics.median(ratios)
     results = {

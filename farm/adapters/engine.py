@@ -71,19 +71,22 @@ class Engine:
             tail = "\n  ".join((errors or result.tail)[-12:])
             raise ContainerError(f"{what} failed (exit {result.returncode}; {log_path}):\n  {tail}")
 
-    def image_exists(self, ref: str) -> bool:
-        return (
-            self.capture("image", "exists" if self.name == "podman" else "inspect", ref).returncode
-            == 0
-        )
-
     def image_info(self, ref: str) -> dict[str, object]:
-        raw = json.loads(self.check("image", "inspect", ref) or "[]")
-        return dict(raw[0]) if raw else {}
+        """`image inspect` of `ref`; empty where there is no such image."""
+        done = self.capture("image", "inspect", ref)
+        return _first(done.stdout) if done.returncode == 0 else {}
+
+    def image_exists(self, ref: str) -> bool:
+        return bool(self.image_info(ref))
 
     def inspect(self, name: str) -> dict[str, object]:
-        raw = json.loads(self.check("inspect", name) or "[]")
-        return dict(raw[0]) if raw else {}
+        return _first(self.check("inspect", name))
+
+
+def _first(text: str) -> dict[str, object]:
+    """The first object of an `inspect`'s JSON list."""
+    raw = json.loads(text or "[]")
+    return dict(raw[0]) if raw else {}
 
 
 _NOISE = re.compile(r"systemd connection|healthcheck timer|Removing timer for container")

@@ -118,12 +118,17 @@ def _summary(ctx: click.Context, settings: Settings, how_workers: str) -> None:
     click.echo(f"  config   {ctx.meta['config_path']}")
 
 
+def _say(line: str) -> None:
+    """Progress of a long step (an image build), on stderr beside the command's own output."""
+    click.echo(line, err=True)
+
+
 def _up_containers(ctx: click.Context, data: Path, workers: int, use_tls: bool) -> None:
     from farm.control import containers
 
     settings, farm = containers.up(
         data, workers, ctx.meta["config_path"], command_settings(ctx), use_tls=use_tls,
-        say=lambda line: click.echo(line, err=True),
+        say=_say,
     )  # fmt: skip
     gpu = "on the GPU" if len(farm.files) == 1 else "on the CPU (no NVIDIA GPU here)"
     _summary(ctx, settings, f"{workers} containers ({farm.engine}, project {farm.project}), {gpu}")
@@ -148,10 +153,7 @@ def image(base: str, refresh: bool) -> None:
     from farm.adapters import engine
     from farm.control import images
 
-    def say(line: str) -> None:
-        click.echo(line, err=True)
-
-    for built in images.build(engine.find(), base=base, refresh=refresh, say=say):
+    for built in images.build(engine.find(), base=base, refresh=refresh, say=_say):
         click.echo(f"{built.ref}  {built.size_bytes / 1e6:,.0f} MB  built in {built.seconds:.1f} s")
 
 

@@ -16,7 +16,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from farm.adapters import engine as engines
@@ -65,7 +65,6 @@ class ContainerFarm:
     project: str = ""
     files: list[str] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
-    workers: int = 0
     engine: str = ""
 
     @property
@@ -77,18 +76,13 @@ class ContainerFarm:
         return self.data / "containers.env"
 
     def save(self) -> None:
-        state = {"project": self.project, "files": self.files, "ports": self.ports,
-                 "workers": self.workers, "engine": self.engine}  # fmt: skip
+        state = {k: v for k, v in asdict(self).items() if k != "data"}
         self.state_file.write_text(json.dumps(state, indent=2))
 
     @classmethod
     def load(cls, data: Path) -> ContainerFarm:
-        farm = cls(data=data)
-        if farm.state_file.exists():
-            raw = json.loads(farm.state_file.read_text())
-            farm.project, farm.files = raw["project"], raw["files"]
-            farm.ports, farm.workers, farm.engine = raw["ports"], raw["workers"], raw["engine"]
-        return farm
+        path = data / "containers.json"
+        return cls(data=data, **json.loads(path.read_text())) if path.exists() else cls(data=data)
 
     def compose(self, engine: engines.Engine, *args: str) -> list[str]:
         argv = [*engine.compose_argv, "--project-name", self.project]
@@ -136,15 +130,15 @@ def up(
     farm.data, farm.engine = data, engine.name
     farm.project = farm.project or project_name(data)
     farm.files = [str(COMPOSE_FILE)] + ([] if engines.nvidia_gpu() else [str(CPU_FILE)])
-    farm.workers = workers
-    _assign_ports(farm, engine)
+    was_up = bool(running(farm, engine))
+    _assign_ports(farm, keep=was_up)
     keys = farm_secrets(data)
     write_private(farm.env_file, _env_file(farm, keys, base))
     farm.save()
     log_path = data / "logs/compose.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # A rebuilt image keeps its tag, so compose would keep the containers of the old one.
-    fresh = ["--force-recreate"] if any(b.changed for b in built) and running(farm, engine) else []
+    fresh = ["--force-recreate"] if was_up and any(b.changed for b in built) else []
     argv = farm.compose(engine, "up", "-d", *fresh, "--scale", f"worker={workers}", *SERVICES)
     argv += ["worker"] if workers else []
     try:
@@ -190,11 +184,10 @@ def _security_step_done(farm: ContainerFarm, engine: engines.Engine) -> None:
 def worker_names(farm: ContainerFarm, engine: engines.Engine) -> set[str]:
     """The Celery names of the project's running worker containers (farm@HOSTNAME)."""
     names = set()
-    for container in running(farm, engine):
-        if f"{farm.project}_worker_" in container or f"{farm.project}-worker-" in container:
-            config = engine.inspect(container).get("Config", {})
-            if isinstance(config, dict):
-                names.add(f"farm@{config.get('Hostname', '')}")
+    for container in containers_of(farm, engine, service="worker", every=False):
+        config = engine.inspect(container).get("Config", {})
+        if isinstance(config, dict):
+            names.add(f"farm@{config.get('Hostname', '')}")
     return names
 
 
@@ -209,7 +202,7 @@ def down(data: Path, *, volumes: bool = False) -> list[str]:
     # Workers first, each by name (compose knows only the first of a scaled service): SIGTERM
     # and their stop timeout, so a worker mid-chunk hands the chunk back. Then compose, in
     # its dependency order, the rest.
-    workers = [n for n in containers_of(farm, engine) if "worker" in n]
+    workers = containers_of(farm, engine, service="worker")
     if workers:
         engine.check("stop", *workers, timeout_s=300)
         engine.check("rm", "--force", *workers)
@@ -219,9 +212,8 @@ def down(data: Path, *, volumes: bool = False) -> list[str]:
         log_path=farm.data / "logs/compose.log",
         on_line=lambda _: None,
     )
-    farm.state_file.unlink(
-        missing_ok=True
-    )  # `farm down` and `farm up` are the process farm's again
+    # `farm down` and `farm up` in this data dir are the process farm's again.
+    farm.state_file.unlink(missing_ok=True)
     farm.env_file.unlink(missing_ok=True)
     if volumes:  # podman-compose leaves the volumes it made implicitly: each by its name
         listed = engine.check("volume", "ls", "--format", "{{.Name}}").split()
@@ -236,22 +228,24 @@ def running(farm: ContainerFarm, engine: engines.Engine) -> list[str]:
     return containers_of(farm, engine, every=False)
 
 
-def containers_of(farm: ContainerFarm, engine: engines.Engine, *, every: bool = True) -> list[str]:
-    """The names of the project's containers, running or (`every`) not."""
-    out = engine.check(
-        "ps", *(["-a"] if every else []),
-        "--filter", f"label=com.docker.compose.project={farm.project}", "--format", "{{.Names}}",
-    )  # fmt: skip
+def containers_of(
+    farm: ContainerFarm, engine: engines.Engine, *, service: str = "", every: bool = True
+) -> list[str]:
+    """The names of the project's containers (of one compose `service`), running or (`every`)
+    not, by the labels compose gives them."""
+    labels = [f"label=com.docker.compose.project={farm.project}"]
+    labels += [f"label=com.docker.compose.service={service}"] if service else []
+    filters = [arg for label in labels for arg in ("--filter", label)]
+    out = engine.check("ps", *(["-a"] if every else []), *filters, "--format", "{{.Names}}")
     return sorted(line for line in out.split() if line)
 
 
-def _assign_ports(farm: ContainerFarm, engine: engines.Engine) -> None:
-    """Keep each published port from the last run while this project's containers hold it, or
-    it is free; a free one elsewhere."""
-    ours = bool(running(farm, engine))
+def _assign_ports(farm: ContainerFarm, *, keep: bool) -> None:
+    """Keep each published port from the last run where this project's containers hold it
+    (`keep`) or it is free; a free one elsewhere."""
     for name in PORTS:
         port = farm.ports.get(name)
-        if port is None or not (ours or port_free(port)):
+        if port is None or not (keep or port_free(port)):
             port = free_port()
             while port in farm.ports.values():
                 port = free_port()

@@ -105,7 +105,7 @@ def build(
         if refresh:  # Debian's security updates: every layer again
             argv += ["--no-cache", "--pull" if base != LOCAL_BASE else "--pull=false"]
         argv += ["-f", str(root / image.dockerfile), "-t", image.ref, str(root)]
-        before = engine.image_info(image.ref).get("Id") if engine.image_exists(image.ref) else None
+        before = engine.image_info(image.ref).get("Id")
         _build_step(engine, argv, image.ref, out / f"{image.name}.log")
         info = engine.image_info(image.ref)
         took = time.monotonic() - started

@@ -68,36 +68,35 @@ def _fake(tmp_path: Path, name: str, script: str) -> str:
     return str(path)
 
 
+def _failed_build(tmp_path: Path, output: str) -> str:
+    """What `_build_step` says of a build whose engine printed `output` and failed."""
+    fake = _fake(tmp_path, "podman", output)
+    engine = engines.Engine("podman", fake, ("podman-compose",), dict(os.environ))
+    with pytest.raises(ContainerError) as caught:
+        images._build_step(engine, [fake, "build"], "farm-worker:dev", tmp_path / "b.log")
+    return str(caught.value)
+
+
 def test_a_build_without_the_network_names_its_step(tmp_path: Path) -> None:
-    fake = _fake(
+    said = _failed_build(
         tmp_path,
-        "podman",
         "echo 'STEP 1/9: FROM localhost/farm-base:bookworm'\n"
         "echo 'STEP 2/9: RUN apt-get update -qq'\n"
         'echo "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  '
         "Temporary failure resolving 'deb.debian.org'\"\n"
         "exit 100\n",
     )
-    engine = engines.Engine("podman", fake, ("podman-compose",), dict(os.environ))
-    with pytest.raises(ContainerError) as caught:
-        images._build_step(engine, [fake, "build"], "farm-worker:dev", tmp_path / "b.log")
-    said = str(caught.value)
     assert "at STEP 2/9: RUN apt-get update" in said
     assert "needs the network and has none" in said
     assert "deb.debian.org" in said
 
 
 def test_a_build_that_fails_otherwise_shows_the_engines_own_words(tmp_path: Path) -> None:
-    fake = _fake(
+    said = _failed_build(
         tmp_path,
-        "podman",
         "echo 'STEP 5/9: RUN pip install'\necho 'ERROR: No matching distribution found for x'\n"
         "echo 'Error: building at STEP 5/9: exit status 1'\nexit 1\n",
     )
-    engine = engines.Engine("podman", fake, ("podman-compose",), dict(os.environ))
-    with pytest.raises(ContainerError) as caught:
-        images._build_step(engine, [fake, "build"], "farm-worker:dev", tmp_path / "b.log")
-    said = str(caught.value)
     assert "No matching distribution found for x" in said and "STEP 5/9" in said
     assert "needs the network" not in said
 
