@@ -74,8 +74,10 @@ module "iam" {
   kms_key_arn        = module.kms.key_arn
   redis_secret_arn   = module.secrets.redis_auth_token_secret_arn
   flower_secret_arn  = module.secrets.flower_secret_arn
+  webhook_secret_arn = module.secrets.webhook_secret_arn
   ecr_repository_arn = var.ecr_repository_arn
   metric_namespace   = "Farm"
+  write_once_keys    = var.write_once_keys
 }
 
 module "control_plane" {
@@ -90,6 +92,7 @@ module "control_plane" {
   redis_host            = module.broker.primary_endpoint
   redis_secret_arn      = module.secrets.redis_auth_token_secret_arn
   flower_secret_arn     = module.secrets.flower_secret_arn
+  webhook_secret_arn    = module.secrets.webhook_secret_arn
   bucket_name           = module.storage.bucket_name
   metric_namespace      = "Farm"
   ecr_registry          = local.ecr_registry

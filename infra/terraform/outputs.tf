@@ -37,3 +37,13 @@ output "kms_key_arn" {
   description = "The farm's KMS key."
   value       = module.kms.key_arn
 }
+
+output "submitters_group_name" {
+  description = "IAM group for the people who run `farm submit`: it may upload scenes and assets, write a job's record and read jobs, nothing else."
+  value       = module.iam.submitters_group_name
+}
+
+output "submitter_policy_arn" {
+  description = "The submitters' policy, to attach to a role of your own (CI, an SSO permission set)."
+  value       = module.iam.submitter_policy_arn
+}

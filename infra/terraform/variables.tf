@@ -141,3 +141,9 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "write_once_keys" {
+  description = "Key patterns in the bucket (e.g. jobs/*/manifests/*) that every role may create only with If-None-Match: *, so no writer replaces what is there. Name one only once every writer of it sends the header (docs/design/security.md); empty: none enforced."
+  type        = list(string)
+  default     = []
+}

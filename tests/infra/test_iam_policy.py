@@ -1,98 +1,380 @@
-"""IAM least privilege, read from modules/iam: bucket prefixes, one key, no wildcard on wildcard."""
+"""The farm's IAM policies, rendered by Terraform (modules/iam/policies) and evaluated (tests.infra.iam)
+against every key the code uses, per role: what each role's code does is allowed, the rest is not.
+
+Keys come from farm/core/keys.py with sample ids, so a renamed key is checked as renamed. What
+each role does (the ALLOWED tables) is read from the code: the store calls in workers/ for the
+worker; farm/control/reconcile.py and farm/web for the control plane; farm/cli and
+farm/control/jobs.py for the submitter.
+"""
 
 from __future__ import annotations
 
+import inspect
+import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .tfdoc import blocks
+from farm.core import keys
+
+from .iam import Decision, Request, decide
+from .tfdoc import TERRAFORM_DIR, blocks, find_tool, module_calls, variables
 
 TF = dict[Path, dict[str, Any]]
-BUCKET = "${var.bucket_arn}"
-PREFIXES = ("scenes/*", "inputs/*", "jobs/*")
+BUCKET = "arn:aws:s3:::farm-bucket"
+REGION = "eu-west-1"
+KMS_KEY = f"arn:aws:kms:{REGION}:111122223333:key/farm"
+SECRETS = {
+    name: f"arn:aws:secretsmanager:{REGION}:111122223333:secret:farm/{name}"
+    for name in ("redis", "flower", "webhook")
+}
+ASG = f"arn:aws:autoscaling:{REGION}:111122223333:autoScalingGroup:*:autoScalingGroupName/farm-*"
+ROLES = ("worker", "control", "submitter")
 # Actions AWS offers no resource-level permissions for; each needs Resource "*".
 UNSCOPABLE = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
 
+SAMPLES: dict[str, Any] = {
+    "job_id": "j-20261206-0001",
+    "sha256": "ab" * 32,
+    "frame": 12,
+    "chunk": 3,
+    "claim": 7,
+    "writer": keys.writer(3, 7),  # an attempt's own names (fenced writes): chunk 3, claim 7
+    "attempt": 2,
+    "phase": "render",
+    "name": "frame_000012.exr",
+    "path": "Depth/Image0012.exr",
+}
 
-def _statements(tf: TF, document: str) -> list[dict[str, Any]]:
-    """Static and dynamic statements of one policy document in modules/iam."""
-    [body] = [
-        b
-        for _, n, b in blocks(tf, "data", "aws_iam_policy_document", under="modules/iam")
-        if n == document
+
+def _key(function: Callable[..., str], **given: Any) -> str:
+    """function(...) with each parameter from `given`, else from SAMPLES, else its default."""
+    arguments = {}
+    for name, parameter in inspect.signature(function).parameters.items():
+        if name in given or name in SAMPLES:
+            arguments[name] = given.get(name, SAMPLES.get(name))
+        elif parameter.default is inspect.Parameter.empty:
+            raise TypeError(f"no sample for {function.__name__}({name})")
+    return function(**arguments)
+
+
+JOB_KEYS = {
+    "spec": _key(keys.spec_key),
+    "asset manifest": _key(keys.assets_manifest_key),
+    "frame": _key(keys.frame_key),
+    "thumbnail": _key(keys.thumb_key),
+    "render master": _key(keys.master_key),
+    "file output": _key(keys.file_output_key),
+    "segment": _key(keys.segment_key),
+    "manifest": _key(keys.manifest_key),
+    "log": _key(keys.log_key),
+    "output": _key(keys.output_key),
+    "other job file": keys.job_prefix(SAMPLES["job_id"]) + "notes.txt",
+}
+KEYS = {
+    "scene": _key(keys.scene_key),
+    "video master": _key(keys.scene_key, suffix=".mov"),
+    "asset": _key(keys.asset_key),
+    **JOB_KEYS,
+}
+SOURCES = {"scene", "video master", "asset"}
+CHUNK_DATA = {"frame", "thumbnail", "render master", "file output", "segment", "manifest", "log"}
+
+CREATE = {"s3:ObjectCreationOperation": "true"}
+PART = {"s3:ObjectCreationOperation": "false"}
+IF_ABSENT = {**CREATE, "s3:if-none-match": "*"}
+# Each S3 call the farm makes, as the IAM requests S3 authorizes for it.
+OPERATIONS: dict[str, list[tuple[str, dict[str, str]]]] = {
+    "GetObject/HeadObject": [("s3:GetObject", {})],
+    "PutObject": [("s3:PutObject", CREATE)],
+    "PutObject If-None-Match": [("s3:PutObject", IF_ABSENT)],
+    "PutObject tagged": [("s3:PutObject", CREATE), ("s3:PutObjectTagging", {})],
+    "multipart upload": [("s3:PutObject", PART), ("s3:PutObject", PART), ("s3:PutObject", CREATE)],
+    "AbortMultipartUpload": [("s3:AbortMultipartUpload", {})],
+    "DeleteObject": [("s3:DeleteObject", {})],
+}
+WRITES = CHUNK_DATA | {"output"}
+ALLOWED: dict[str, dict[str, set[str]]] = {
+    # workers/phases: source.py and scene_tree.py read the sources and the asset manifest,
+    # segment.py frames, stitch.py and s3join.py manifests, segments and the output; frames.py
+    # copies a render master to its frame's key; Store.put_file looks up (HEAD) what it sent in
+    # parts. They write chunk data and the output (s3join's multipart upload, aborted when
+    # another worker began it first); frames, thumbnails and segments are tagged intermediate.
+    # stitch.py's delete of an output that failed its checks is left refused.
+    "worker": {
+        "GetObject/HeadObject": SOURCES | {"asset manifest"} | WRITES,
+        "PutObject": WRITES,
+        "PutObject If-None-Match": WRITES,
+        "PutObject tagged": {"frame", "thumbnail", "segment"},
+        "multipart upload": WRITES,
+        "AbortMultipartUpload": WRITES,
+        "DeleteObject": set(),
+    },
+    # farm web reads thumbnails and logs and signs a link to the output; the reconciler aborts
+    # the early upload (into the output's key) of a failed or cancelled job.
+    "control": {
+        "GetObject/HeadObject": set(JOB_KEYS),
+        "PutObject": set(),
+        "PutObject If-None-Match": set(),
+        "PutObject tagged": set(),
+        "multipart upload": set(),
+        "AbortMultipartUpload": {"output"},
+        "DeleteObject": set(),
+    },
+    # farm submit and retry --scene upload sources by hash (a HEAD first) and write the job's
+    # record; fetch, logs and retry's segment check read the job.
+    "submitter": {
+        "GetObject/HeadObject": SOURCES | set(JOB_KEYS),
+        "PutObject": SOURCES | {"spec", "asset manifest"},
+        "PutObject If-None-Match": SOURCES | {"spec", "asset manifest"},
+        "PutObject tagged": set(),
+        "multipart upload": SOURCES | {"spec", "asset manifest"},
+        "AbortMultipartUpload": SOURCES,
+        "DeleteObject": set(),
+    },
+}
+WRITE_ONCE = ["jobs/*/manifests/*", "jobs/*/output.*", "scenes/*", "assets/*"]
+
+
+def _render(root: Path, write_once_keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Each role's policy as Terraform renders it, for sample ARNs."""
+    root.mkdir(parents=True)
+    arguments = {
+        "bucket_arn": BUCKET,
+        "kms_key_arn": KMS_KEY,
+        "region": REGION,
+        "redis_secret_arn": SECRETS["redis"],
+        "flower_secret_arn": SECRETS["flower"],
+        "webhook_secret_arn": SECRETS["webhook"],
+        "worker_asg_arn": ASG,
+        "ecr_repository_arn": "arn:aws:ecr:eu-west-1:111122223333:repository/farm",
+        "metric_namespace": "Farm",
+        "write_once_keys": write_once_keys,
+    }
+    source = TERRAFORM_DIR / "modules" / "iam" / "policies"
+    module = {"source": str(source), **arguments}
+    outputs = {role: {"value": f"${{module.policies.{role}}}"} for role in ROLES}
+    config = {"module": {"policies": module}, "output": outputs}
+    (root / "main.tf.json").write_text(json.dumps(config))
+    terraform = find_tool(
+        "terraform", "FARM_TERRAFORM", "install Terraform 1.5 or later (developer.hashicorp.com)"
+    )
+    for command in (["init", "-input=false"], ["apply", "-auto-approve", "-input=false"]):
+        run = subprocess.run(
+            [terraform, f"-chdir={root}", *command, "-no-color"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, f"terraform {command[0]}:\n{run.stdout}\n{run.stderr}"
+    shown = subprocess.run(
+        [terraform, f"-chdir={root}", "output", "-json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return {role: json.loads(out["value"]) for role, out in json.loads(shown.stdout).items()}
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    return _render(tmp_path_factory.mktemp("iam") / "default", [])
+
+
+@pytest.fixture(scope="module")
+def write_once_policies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    return _render(tmp_path_factory.mktemp("iam") / "write-once", WRITE_ONCE)
+
+
+def _object(key: str) -> str:
+    return f"{BUCKET}/{key}"
+
+
+def _call(policy: dict[str, Any], operation: str, key: str) -> Decision:
+    """What S3 answers the whole call: denied if any of its requests is."""
+    decisions = [
+        decide(policy, Request(action=action, resource=_object(key), context=context))
+        for action, context in OPERATIONS[operation]
     ]
-    found = []
-    for source in body.get("source_policy_documents", []):
-        found += _statements(
-            tf, source.removeprefix("${data.aws_iam_policy_document.").removesuffix(".json}")
-        )
-    found += body.get("statement", [])
-    for dynamic in body.get("dynamic", []):
-        for content in dynamic.get("statement", {}).get("content", []):
-            found.append(content)
-    return found
+    return next((d for d in decisions if d != Decision.ALLOWED), Decision.ALLOWED)
 
 
-@pytest.fixture(params=["worker", "control_plane"])
-def statements(request: pytest.FixtureRequest, tf: TF) -> list[dict[str, Any]]:
-    found = _statements(tf, request.param)
-    assert found
-    return found
-
-
-def test_no_wildcard_action_anywhere(statements: list[dict[str, Any]]) -> None:
-    for statement in statements:
-        for action in statement["actions"]:
-            assert action != "*" and not action.endswith(":*"), statement["sid"]
-
-
-def test_wildcard_resources_only_for_actions_without_resource_scoping(
-    statements: list[dict[str, Any]],
+@pytest.mark.parametrize("key_name", sorted(KEYS))
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+@pytest.mark.parametrize("role", ROLES)
+def test_each_role_may_do_exactly_what_its_code_does(
+    policies: dict[str, dict[str, Any]], role: str, operation: str, key_name: str
 ) -> None:
-    for statement in statements:
-        if "*" in statement["resources"]:
-            assert set(statement["actions"]) <= UNSCOPABLE, statement["sid"]
-            if "cloudwatch:PutMetricData" in statement["actions"]:
-                [condition] = statement["condition"]
-                assert condition["variable"] == "cloudwatch:namespace"
+    expected = key_name in ALLOWED[role][operation]
+    decision = _call(policies[role], operation, KEYS[key_name])
+    assert (decision == Decision.ALLOWED) == expected, (
+        f"{role} {operation} {KEYS[key_name]} ({key_name}): {decision}, expected "
+        f"{'allowed' if expected else 'refused'}"
+    )
 
 
-def test_object_access_is_scoped_to_the_farm_prefixes(statements: list[dict[str, Any]]) -> None:
-    allowed = {f"{BUCKET}/{prefix}" for prefix in PREFIXES}
-    for statement in statements:
-        object_actions = [
-            a for a in statement["actions"] if a.startswith("s3:") and a != "s3:ListBucket"
-        ]
-        if object_actions:
-            assert set(statement["resources"]) <= allowed, statement["sid"]
-        if any(a in object_actions for a in ("s3:PutObject", "s3:DeleteObject")):
-            assert statement["resources"] == [f"{BUCKET}/jobs/*"], "writes only under jobs/"
+def test_workers_read_the_assets_of_textured_scenes(policies: dict[str, dict[str, Any]]) -> None:
+    """The AWS bug this file was written for: no worker could read assets/*."""
+    asset = Request(action="s3:GetObject", resource=_object(KEYS["asset"]))
+    assert decide(policies["worker"], asset) == Decision.ALLOWED
 
 
-def test_listing_is_conditioned_on_the_farm_prefixes(statements: list[dict[str, Any]]) -> None:
-    [listing] = [s for s in statements if "s3:ListBucket" in s["actions"]]
-    assert listing["resources"] == [BUCKET]
-    [condition] = listing["condition"]
-    assert condition["variable"] == "s3:prefix"
-    assert set(condition["values"]) == set(PREFIXES)
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("prefix", ["", "scenes/", "assets/", keys.job_prefix(SAMPLES["job_id"])])
+def test_every_role_may_list_so_a_missing_key_answers_404(
+    policies: dict[str, dict[str, Any]], role: str, prefix: str
+) -> None:
+    listing = Request(action="s3:ListBucket", resource=BUCKET, context={"s3:prefix": prefix})
+    assert decide(policies[role], listing) == Decision.ALLOWED
 
 
-def test_kms_use_is_limited_to_the_farm_key(statements: list[dict[str, Any]]) -> None:
-    for statement in statements:
-        if any(a.startswith("kms:") for a in statement["actions"]):
-            assert statement["resources"] == ["${var.kms_key_arn}"]
+@pytest.mark.parametrize("role", ROLES)
+def test_no_role_lists_uploads_or_touches_another_bucket(
+    policies: dict[str, dict[str, Any]], role: str
+) -> None:
+    for action, resource in (
+        ("s3:ListBucketMultipartUploads", BUCKET),
+        ("s3:GetObject", "arn:aws:s3:::another-bucket/jobs/x/output.mp4"),
+        ("s3:PutBucketPolicy", BUCKET),
+        ("s3:PutObjectAcl", _object(KEYS["output"])),
+    ):
+        request = Request(action=action, resource=resource)
+        assert decide(policies[role], request) != Decision.ALLOWED, (role, action, resource)
 
 
-def test_workers_can_neither_delete_objects_nor_read_flower_credentials(tf: TF) -> None:
-    worker = _statements(tf, "worker")
-    actions = {a for s in worker for a in s["actions"]}
-    assert "s3:DeleteObject" not in actions
-    resources = {r for s in worker for r in s["resources"]}
-    assert "${var.flower_secret_arn}" not in resources
+SECRET_READERS = {"redis": set(ROLES), "flower": {"control"}, "webhook": {"control"}}
 
 
-def test_reading_scenes_and_inputs_is_read_only(tf: TF) -> None:
-    [read] = [s for s in _statements(tf, "worker") if s["sid"] == "ReadScenesAndInputs"]
-    assert read["actions"] == ["s3:GetObject"]
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("secret", sorted(SECRET_READERS))
+def test_each_role_reads_only_its_own_secrets(
+    policies: dict[str, dict[str, Any]], role: str, secret: str
+) -> None:
+    request = Request(action="secretsmanager:GetSecretValue", resource=SECRETS[secret])
+    allowed = decide(policies[role], request) == Decision.ALLOWED
+    assert allowed == (role in SECRET_READERS[secret])
+
+
+@pytest.mark.parametrize(
+    "role,action,service,expected",
+    [
+        ("worker", "kms:Decrypt", "s3", True),
+        ("worker", "kms:GenerateDataKey", "s3", True),
+        ("worker", "kms:Decrypt", "secretsmanager", True),
+        ("worker", "kms:Decrypt", "", False),  # not straight from the host: only through S3
+        ("worker", "kms:GenerateDataKey", "secretsmanager", False),
+        ("control", "kms:Decrypt", "s3", True),
+        ("control", "kms:GenerateDataKey", "s3", False),  # it writes no object
+        ("control", "kms:Decrypt", "secretsmanager", True),
+        ("submitter", "kms:GenerateDataKey", "s3", True),
+        ("submitter", "kms:Decrypt", "secretsmanager", True),
+        ("submitter", "kms:Decrypt", "", False),
+        ("worker", "kms:CreateGrant", "s3", False),
+    ],
+)
+def test_the_farm_key_is_used_only_through_s3_and_secrets_manager(
+    policies: dict[str, dict[str, Any]], role: str, action: str, service: str, expected: bool
+) -> None:
+    context = {"kms:ViaService": f"{service}.{REGION}.amazonaws.com"} if service else {}
+    request = Request(action=action, resource=KMS_KEY, context=context)
+    assert (decide(policies[role], request) == Decision.ALLOWED) == expected
+
+
+def test_workers_finish_only_the_farms_termination_hooks(
+    policies: dict[str, dict[str, Any]],
+) -> None:
+    ours = ASG.replace("*:autoScalingGroupName/farm-*", "uuid:autoScalingGroupName/farm-render")
+    theirs = ours.replace("farm-render", "web-frontend")
+    for resource, expected in ((ours, Decision.ALLOWED), (theirs, Decision.IMPLICIT_DENY)):
+        request = Request(action="autoscaling:CompleteLifecycleAction", resource=resource)
+        assert decide(policies["worker"], request) == expected
+        assert decide(policies["control"], request) == Decision.IMPLICIT_DENY
+
+
+def test_only_the_control_plane_publishes_and_only_the_farms_metrics(
+    policies: dict[str, dict[str, Any]],
+) -> None:
+    def publish(role: str, namespace: str) -> Decision:
+        context = {"cloudwatch:namespace": namespace}
+        return decide(policies[role], Request(action="cloudwatch:PutMetricData", resource="*",
+                                              context=context))  # fmt: skip
+
+    assert publish("control", "Farm") == Decision.ALLOWED
+    assert publish("control", "AWS/EC2") == Decision.IMPLICIT_DENY
+    assert publish("worker", "Farm") == Decision.IMPLICIT_DENY
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_wildcard_action_and_no_wildcard_resource_but_where_aws_has_none(
+    policies: dict[str, dict[str, Any]], role: str
+) -> None:
+    for statement in policies[role]["Statement"]:
+        actions = set(statement["Action"])
+        assert all(a != "*" and not a.endswith(":*") for a in actions), statement["Sid"]
+        if "*" in statement["Resource"]:
+            assert actions <= UNSCOPABLE, statement["Sid"]
+
+
+# ── If-None-Match: keys created only where absent, once the code sends the header ─────────────
+
+
+def test_no_write_once_deny_is_rendered_by_default(policies: dict[str, dict[str, Any]]) -> None:
+    """The deny would refuse every write of today's code, which sends no If-None-Match."""
+    for policy in policies.values():
+        assert all(s["Effect"] == "Allow" for s in policy["Statement"])
+
+
+@pytest.mark.parametrize(
+    "role,key_name,operation,expected",
+    [
+        ("worker", "manifest", "PutObject", Decision.DENIED),
+        ("worker", "manifest", "PutObject If-None-Match", Decision.ALLOWED),
+        ("worker", "output", "PutObject", Decision.DENIED),
+        ("worker", "output", "multipart upload", Decision.DENIED),  # its completion
+        ("worker", "frame", "PutObject", Decision.ALLOWED),  # not listed: unaffected
+        ("submitter", "scene", "PutObject", Decision.DENIED),
+        ("submitter", "asset", "PutObject If-None-Match", Decision.ALLOWED),
+        ("submitter", "spec", "PutObject", Decision.ALLOWED),
+        ("control", "output", "AbortMultipartUpload", Decision.ALLOWED),
+    ],
+)
+def test_write_once_keys_are_created_only_with_if_none_match(
+    write_once_policies: dict[str, dict[str, Any]],
+    role: str,
+    key_name: str,
+    operation: str,
+    expected: Decision,
+) -> None:
+    assert _call(write_once_policies[role], operation, KEYS[key_name]) == expected
+
+
+def test_a_multipart_upload_of_a_write_once_key_completes_with_if_none_match(
+    write_once_policies: dict[str, dict[str, Any]],
+) -> None:
+    """Create, UploadPart and UploadPartCopy take no conditional header; the completion does."""
+    worker, output = write_once_policies["worker"], _object(KEYS["output"])
+    for context in (PART, IF_ABSENT):
+        request = Request(action="s3:PutObject", resource=output, context=context)
+        assert decide(worker, request) == Decision.ALLOWED
+
+
+# ── The roles in Terraform use these documents ───────────────────────────────────────────────
+
+
+def test_each_role_and_the_submitters_group_get_their_rendered_policy(tf: TF) -> None:
+    policies = {
+        name: body["policy"]
+        for _, name, body in blocks(tf, "resource", "aws_iam_role_policy", under="modules/iam")
+    }
+    assert policies == {
+        "worker": "${module.policies.worker}",
+        "control_plane": "${module.policies.control}",
+    }
+    [(_, _, submitter)] = blocks(tf, "resource", "aws_iam_policy", under="modules/iam")
+    assert submitter["policy"] == "${module.policies.submitter}"
+    [(_, _, attachment)] = blocks(
+        tf, "resource", "aws_iam_group_policy_attachment", under="modules/iam"
+    )
+    assert attachment["group"] == "${aws_iam_group.submitters.name}"
+    assert not list(blocks(tf, "data", "aws_iam_policy_document", under="modules/iam/policies"))
+    assert module_calls(tf)["iam"]["write_once_keys"] == "${var.write_once_keys}"
+    assert variables(tf)["write_once_keys"]["default"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,21 @@ def test_example_variables_exist_and_keep_spot_only_default(tf: TF) -> None:
     values = load_tf(TERRAFORM_DIR / "terraform.tfvars.example")
     assert set(values) <= set(variables(tf)), "the example sets a variable that does not exist"
     assert values["on_demand_base_capacity"] == 0
+
+
+def test_each_host_reads_only_its_roles_secrets() -> None:
+    """A worker (which runs untrusted scenes) never fetches Flower's password or the webhook
+    key; the control plane fetches its three."""
+    secret_ids = re.compile(r"--secret-id '\$\{(\w+)\}'")
+    read = {
+        module: set(
+            secret_ids.findall((TERRAFORM_DIR / f"modules/{module}/user-data.sh.tftpl").read_text())
+        )
+        for module in ("workers", "control_plane")
+    }
+    assert read == {
+        "workers": {"redis_secret_arn"},
+        "control_plane": {"redis_secret_arn", "flower_secret_arn", "webhook_secret_arn"},
+    }
+    control = (TERRAFORM_DIR / "modules/control_plane/user-data.sh.tftpl").read_text()
+    assert "FARM_WEBHOOK_SECRET=" in control and "unset token flower webhook" in control

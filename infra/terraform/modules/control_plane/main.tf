@@ -18,15 +18,16 @@ resource "aws_instance" "control_plane" {
   user_data_replace_on_change = true
 
   user_data = templatefile("${path.module}/user-data.sh.tftpl", {
-    region            = var.region
-    image             = var.image
-    ecr_registry      = var.ecr_registry
-    redis_host        = var.redis_host
-    redis_secret_arn  = var.redis_secret_arn
-    flower_secret_arn = var.flower_secret_arn
-    bucket_name       = var.bucket_name
-    farm_name         = var.name
-    metric_namespace  = var.metric_namespace
+    region             = var.region
+    image              = var.image
+    ecr_registry       = var.ecr_registry
+    redis_host         = var.redis_host
+    redis_secret_arn   = var.redis_secret_arn
+    flower_secret_arn  = var.flower_secret_arn
+    webhook_secret_arn = var.webhook_secret_arn
+    bucket_name        = var.bucket_name
+    farm_name          = var.name
+    metric_namespace   = var.metric_namespace
   })
 
   # Containers here use host networking, so one hop is enough.

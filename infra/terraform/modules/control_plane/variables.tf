@@ -68,3 +68,8 @@ variable "metric_namespace" {
   description = "CloudWatch namespace of the backlog metrics."
   type        = string
 }
+
+variable "webhook_secret_arn" {
+  description = "Secret holding the webhook signing key."
+  type        = string
+}

@@ -1,5 +1,5 @@
-# Least-privilege roles. Workers read scenes and inputs, write only under jobs/, use the one KMS
-# key and the Redis secret. The control plane adds Flower's secret and the Farm metric namespace.
+# Least-privilege roles, one per kind of caller: workers, the control plane, and the submitters
+# group. Their policies are plain data in ./policies, rendered and evaluated by the tests.
 
 locals {
   asg_arn = "arn:aws:autoscaling:${var.region}:${var.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"
@@ -15,100 +15,18 @@ data "aws_iam_policy_document" "assume_ec2" {
   }
 }
 
-data "aws_iam_policy_document" "worker" {
-  statement {
-    sid       = "ReadScenesAndInputs"
-    actions   = ["s3:GetObject"]
-    resources = ["${var.bucket_arn}/scenes/*", "${var.bucket_arn}/inputs/*"]
-  }
-
-  statement {
-    sid = "ReadWriteJobData"
-    actions = [
-      "s3:GetObject",
-      "s3:PutObject",
-      "s3:PutObjectTagging",
-      "s3:AbortMultipartUpload",
-      "s3:ListMultipartUploadParts",
-    ]
-    resources = ["${var.bucket_arn}/jobs/*"]
-  }
-
-  statement {
-    sid       = "ListFarmPrefixes"
-    actions   = ["s3:ListBucket"]
-    resources = [var.bucket_arn]
-    condition {
-      test     = "StringLike"
-      variable = "s3:prefix"
-      values   = ["scenes/*", "inputs/*", "jobs/*"]
-    }
-  }
-
-  statement {
-    sid       = "UseFarmKey"
-    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
-    resources = [var.kms_key_arn]
-  }
-
-  statement {
-    sid       = "ReadRedisToken"
-    actions   = ["secretsmanager:GetSecretValue"]
-    resources = [var.redis_secret_arn]
-  }
-
-  # The host's drain loop finishes the termination hook once the container has stopped.
-  statement {
-    sid       = "CompleteOwnTerminationHook"
-    actions   = ["autoscaling:CompleteLifecycleAction"]
-    resources = [local.asg_arn]
-  }
-
-  dynamic "statement" {
-    for_each = var.ecr_repository_arn != "" ? [1] : []
-    content {
-      sid       = "PullWorkerImage"
-      actions   = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
-      resources = [var.ecr_repository_arn]
-    }
-  }
-
-  dynamic "statement" {
-    for_each = var.ecr_repository_arn != "" ? [1] : []
-    content {
-      sid       = "EcrLogin"
-      actions   = ["ecr:GetAuthorizationToken"]
-      resources = ["*"] # GetAuthorizationToken has no resource-level permissions.
-    }
-  }
-}
-
-data "aws_iam_policy_document" "control_plane" {
-  source_policy_documents = [data.aws_iam_policy_document.worker.json]
-
-  # The reconciler cancels and cleans up jobs; workers never delete.
-  statement {
-    sid       = "DeleteJobData"
-    actions   = ["s3:DeleteObject"]
-    resources = ["${var.bucket_arn}/jobs/*"]
-  }
-
-  statement {
-    sid       = "ReadFlowerCredentials"
-    actions   = ["secretsmanager:GetSecretValue"]
-    resources = [var.flower_secret_arn]
-  }
-
-  statement {
-    sid       = "PublishFarmMetrics"
-    actions   = ["cloudwatch:PutMetricData"]
-    resources = ["*"] # PutMetricData has no resource-level permissions; the namespace is pinned.
-    condition {
-      test     = "StringEquals"
-      variable = "cloudwatch:namespace"
-      values   = [var.metric_namespace]
-    }
-  }
+module "policies" {
+  source             = "./policies"
+  bucket_arn         = var.bucket_arn
+  kms_key_arn        = var.kms_key_arn
+  region             = var.region
+  redis_secret_arn   = var.redis_secret_arn
+  flower_secret_arn  = var.flower_secret_arn
+  webhook_secret_arn = var.webhook_secret_arn
+  worker_asg_arn     = local.asg_arn
+  ecr_repository_arn = var.ecr_repository_arn
+  metric_namespace   = var.metric_namespace
+  write_once_keys    = var.write_once_keys
 }
 
 resource "aws_iam_role" "worker" {
@@ -119,7 +37,7 @@ resource "aws_iam_role" "worker" {
 resource "aws_iam_role_policy" "worker" {
   name   = "farm-worker"
   role   = aws_iam_role.worker.id
-  policy = data.aws_iam_policy_document.worker.json
+  policy = module.policies.worker
 }
 
 resource "aws_iam_instance_profile" "worker" {
@@ -135,7 +53,7 @@ resource "aws_iam_role" "control_plane" {
 resource "aws_iam_role_policy" "control_plane" {
   name   = "farm-control-plane"
   role   = aws_iam_role.control_plane.id
-  policy = data.aws_iam_policy_document.control_plane.json
+  policy = module.policies.control
 }
 
 # Session Manager instead of SSH: Flower is reached by port forwarding, no inbound port 22.
@@ -147,4 +65,20 @@ resource "aws_iam_role_policy_attachment" "control_plane_ssm" {
 resource "aws_iam_instance_profile" "control_plane" {
   name = "${var.name}-control-plane"
   role = aws_iam_role.control_plane.name
+}
+
+# People and tools that submit jobs with the CLI: add their IAM users to this group.
+resource "aws_iam_group" "submitters" {
+  name = "${var.name}-submitters"
+}
+
+resource "aws_iam_policy" "submitter" {
+  name        = "${var.name}-submitter"
+  description = "farm submit, status, fetch, logs and retry: upload scenes and assets, write a job's record, read jobs."
+  policy      = module.policies.submitter
+}
+
+resource "aws_iam_group_policy_attachment" "submitters" {
+  group      = aws_iam_group.submitters.name
+  policy_arn = aws_iam_policy.submitter.arn
 }

@@ -42,3 +42,14 @@ variable "metric_namespace" {
   description = "CloudWatch namespace the control plane may publish to."
   type        = string
 }
+
+variable "webhook_secret_arn" {
+  description = "Secret holding the webhook signing key (control plane only)."
+  type        = string
+}
+
+variable "write_once_keys" {
+  description = "Key patterns created only with If-None-Match: * (see ./policies)."
+  type        = list(string)
+  default     = []
+}

@@ -1,5 +1,7 @@
-# Generated credentials for Redis AUTH and Flower basic auth, held in Secrets Manager under the
-# farm's key. Hosts read them at boot with their instance role; they never appear in user data.
+# Generated credentials, held in Secrets Manager under the farm's key, one secret per use so each
+# role reads only its own (modules/iam): the Redis AUTH token (workers, control plane, submitters),
+# Flower's basic auth and the webhook signing key (control plane only). Hosts read them at boot
+# with their instance role; they never appear in user data.
 
 variable "name" {
   description = "Farm name."
@@ -49,6 +51,25 @@ resource "aws_secretsmanager_secret_version" "flower" {
   secret_string = jsonencode({ user = "farm", password = random_password.flower.result })
 }
 
+# The reconciler signs each webhook with it (X-Farm-Signature); receivers get it from the admin.
+resource "random_password" "webhook" {
+  length  = 48
+  special = false
+}
+
+resource "aws_secretsmanager_secret" "webhook" {
+  #checkov:skip=CKV2_AWS_57:Rotating the webhook key means handing the new one to every receiver first; it is rotated by hand (infra/README.md).
+  name                    = "${var.name}/webhook-signing-key"
+  description             = "Webhook signing key (FARM_WEBHOOK_SECRET) of ${var.name}"
+  kms_key_id              = var.kms_key_arn
+  recovery_window_in_days = 7
+}
+
+resource "aws_secretsmanager_secret_version" "webhook" {
+  secret_id     = aws_secretsmanager_secret.webhook.id
+  secret_string = random_password.webhook.result
+}
+
 output "redis_auth_token" {
   description = "The Redis AUTH token (for the ElastiCache resource only)."
   value       = random_password.redis.result
@@ -63,4 +84,9 @@ output "redis_auth_token_secret_arn" {
 output "flower_secret_arn" {
   description = "Secret holding Flower's basic-auth credentials as JSON {user, password}."
   value       = aws_secretsmanager_secret.flower.arn
+}
+
+output "webhook_secret_arn" {
+  description = "Secret holding the webhook signing key."
+  value       = aws_secretsmanager_secret.webhook.arn
 }
