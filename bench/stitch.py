@@ -21,6 +21,7 @@ from typing import Any
 import ffmpeg
 
 from bench.common import Row, start_farm
+from farm.adapters.settings import Settings
 from farm.adapters.store import Store
 from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, concat_argv
 from farm.media.join import (
@@ -32,6 +33,7 @@ from farm.media.join import (
     probe_joined,
 )
 from farm.media.probe import probe_streams
+from workers.host.box import media_box
 from workers.phases import s3join
 from workers.phases.stitch import DOWNLOADS, SegmentRef
 
@@ -83,6 +85,7 @@ def measure(n: int, seg_dir: Path, work: Path, frames: int, repeats: int) -> dic
     out = work / f"out-{n}.mp4"
     copies = work / f"cp-{n}"
     methods: set[str] = set()
+    box = media_box(Settings(), writable=(work,))  # as the stitch task runs them
 
     def join(skip: str = "") -> JoinResult:
         result = join_segments(
@@ -93,13 +96,14 @@ def measure(n: int, seg_dir: Path, work: Path, frames: int, repeats: int) -> dic
                 ffmpeg_bin="ffmpeg", list_file=list_file, out=out, frames=total
             ),
             skip=skip,
+            box=box,
         )
         methods.add(result.method)
         return result
 
     def stitch() -> None:
         """What the stitch task does once the segments are local."""
-        info = probe_joined("ffprobe", out, join(), total, FPS)
+        info = probe_joined("ffprobe", out, join(), total, FPS, box)
         if info.frames != total or info.fps != FPS:
             raise RuntimeError(f"stitched {info.frames} frames at {info.fps}, expected {total}")
 
@@ -169,6 +173,7 @@ def measure_store(
         ))  # fmt: skip
     s3_key, local_key = f"bench/{run_id}/s3copy.mp4", f"bench/{run_id}/local.mp4"
     down, out, copies = work / f"down-{n}", work / f"local-{n}.mp4", work / f"cp-store-{n}"
+    box = media_box(Settings(), writable=(work,))
     local_copies = [work / f"src-{i:05d}.mp4" for i in range(n)]
     for path in local_copies:
         shutil.copyfile(source, path)
@@ -226,10 +231,11 @@ def measure_store(
                 concat=lambda list_file, _: concat_argv(
                     ffmpeg_bin="ffmpeg", list_file=list_file, out=out, frames=total
                 ),
+                box=box,
             )
         if (
             result.method != MP4JOIN
-            or probe_joined("ffprobe", out, result, total, FPS).frames != total
+            or probe_joined("ffprobe", out, result, total, FPS, box).frames != total
         ):
             raise RuntimeError(f"the worker's stitch went wrong ({result.fallback})")
         store.put_file(local_key, out)

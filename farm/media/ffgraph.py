@@ -12,6 +12,8 @@ from pathlib import Path
 
 import ffmpeg
 
+from farm.media.probe import CONCAT_FORMATS, FRAME_FORMATS, whitelists
+
 SOFTWARE = {
     "h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "hevc10": "libx265",
     "prores": "prores_ks",
@@ -130,8 +132,14 @@ and 4K as BT.709: a pure red frame played back as (255, 23, 0)."""
 def frames_to_segment_argv(
     *, ffmpeg_bin: str, pattern: Path, out: Path, settings: EncodeSettings, frame_count: int
 ) -> list[str]:
-    """Numbered PNGs (0-based, `%06d.png`) -> one segment of exactly `frame_count` frames."""
-    stream = ffmpeg.input(str(pattern), framerate=str(settings.fps), start_number=0)
+    """Numbered PNGs (0-based, `%06d.png`) -> one segment of exactly `frame_count` frames.
+    Read as image2 files alone: a frame the box wrote is never a playlist or a URL."""
+    stream = ffmpeg.input(
+        str(pattern),
+        framerate=str(settings.fps),
+        start_number=0,
+        **whitelists(str(pattern), FRAME_FORMATS),
+    )
     options = {**codec_options(settings, frame_count), **FRAMES_AS_VIDEO}
     stream = stream.output(str(out), vframes=frame_count, **options)
     return list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))
@@ -146,10 +154,12 @@ def moov_reserve_bytes(video_frames: int, audio_packets: int = 0) -> int:
 
 
 def concat_argv(*, ffmpeg_bin: str, list_file: Path, out: Path, frames: int) -> list[str]:
-    """Join segments listed in a concat-demuxer file by stream copy, index first, one pass."""
-    stream = ffmpeg.input(str(list_file), f="concat", safe=0).output(
-        str(out), c="copy", moov_size=moov_reserve_bytes(frames)
-    )
+    """Join segments listed in a concat-demuxer file by stream copy, index first, one pass.
+    `safe=0`: the list names the segments by absolute path; the whitelists keep it to local
+    files the farm wrote (MP4/MOV)."""
+    stream = ffmpeg.input(
+        str(list_file), f="concat", safe=0, **whitelists(str(list_file), CONCAT_FORMATS)
+    ).output(str(out), c="copy", moov_size=moov_reserve_bytes(frames))
     return list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))
 
 

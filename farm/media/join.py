@@ -15,11 +15,14 @@ from fractions import Fraction
 from pathlib import Path
 
 from farm.adapters import proc
+from farm.adapters.sandbox import Box, wrap
 from farm.core.errors import PermanentError, StoreError
+from farm.media import probe
 from farm.media.ffgraph import concat_list
 from farm.media.mp4join import Joined, Mp4Join
 from farm.media.mp4track import CannotJoin
 from farm.media.probe import (
+    FARM_FORMATS,
     Streams,
     format_argv,
     input_name,
@@ -51,13 +54,13 @@ def join_segments(
     out: Path,
     concat: Callable[[Path, list[Path]], list[str]],
     skip: str = "",
-    hide: str = "",
+    box: Box | None = None,
 ) -> JoinResult:
     """Join the segments that `paths` yields in order (a download may still be under way when
     it is asked for the next) into `out`. `lengths`: each segment's frames and seconds.
     `concat`: the ffmpeg argv for a concat-demuxer list file (given the segments' paths), run
-    when mp4join cannot join the segments or `skip` says why it should not try. `hide`: a
-    string (a presigned URL in that argv) kept out of error messages."""
+    when mp4join cannot join the segments or `skip` says why it should not try, inside `box`
+    (workers.host.box.media_box: `out`'s folder writable) when one is given."""
     arrived: list[Path] = []
     pending = iter(paths)
     reason = skip
@@ -76,13 +79,11 @@ def join_segments(
     list_file.write_text(
         concat_list([(p, seconds) for p, (_, seconds) in zip(arrived, lengths, strict=True)])
     )
-    result = proc.run(concat(list_file, arrived))
+    argv = concat(list_file, arrived)
+    result = proc.run(wrap(argv, box) if box is not None else argv)
     if not result.ok:
         tail = "\n".join(result.tail[-15:])
-        raise PermanentError(
-            "ffmpeg could not join the segments:\n"
-            + (tail.replace(hide, "<master URL>") if hide else tail)
-        )
+        raise PermanentError("ffmpeg could not join the segments:\n" + tail)
     return JoinResult(method=CONCAT, joined=None, fallback=reason)
 
 
@@ -107,16 +108,25 @@ _UNREACHED = re.compile(
 
 
 def probe_header(
-    ffprobe: str, path: Path | str, *, name: str = "", options: Sequence[str] = ()
+    ffprobe: str,
+    path: Path | str,
+    *,
+    name: str = "",
+    options: Sequence[str] = (),
+    box: Box | None = None,
 ) -> Streams:
     """ffprobe of the index only: the frame count is the index's (nb_frames), not a count of
-    packets read through the file. `path`: a file, or a URL (`options`: how to read it, `name`:
-    what errors call it; the URL, a credential, never appears in them)."""
+    packets read through the file. `path`: a file (read in `box` when one is given), or the
+    store's presigned URL of a deliverable the farm assembled there (`options`: how to read it,
+    `name`: what errors call it; the URL, a credential, never appears in them). Either way as
+    MP4/MOV alone, and a URL over its own scheme alone: the object holds only what the farm's
+    own encodes wrote, and its index is read where it lies rather than the whole deliverable
+    downloaded (workers.phases.s3join)."""
     target = input_name(path) if isinstance(path, Path) else path
     name = name or (path.name if isinstance(path, Path) else "the video")
-    argv = format_argv(ffprobe, target)
+    argv = format_argv(ffprobe, target, FARM_FORMATS)
     argv[-1:-1] = options
-    result = proc.capture(argv, 600)
+    result = probe.capture(argv, 600, box)
     if result.returncode != 0:
         said = result.stderr.replace(target, f"<{name}>").strip()
         if not isinstance(path, Path) and _UNREACHED.search(said):
@@ -130,11 +140,12 @@ def probe_header(
 
 
 def probe_joined(
-    ffprobe: str, out: Path, result: JoinResult, frames: int, fps: Fraction
+    ffprobe: str, out: Path, result: JoinResult, frames: int, fps: Fraction, box: Box | None = None
 ) -> Streams:
     """The joined video as the stitch checks it: mp4join's from its tables and the header, the
-    concat demuxer's by counting packets (its index is ffmpeg's, not ours to trust)."""
+    concat demuxer's by counting packets (its index is ffmpeg's, not ours to trust). `box`:
+    where ffprobe runs (`out` readable in it)."""
     if result.joined is None:
-        return probe_streams(ffprobe, out)
+        return probe_streams(ffprobe, out, box)
     check_tables(result.joined, frames, fps)
-    return probe_header(ffprobe, out)
+    return probe_header(ffprobe, out, box=box)

@@ -1,11 +1,15 @@
-"""Video masters for encode jobs: what ffprobe says about one, checked at submit (parsing is pure).
+"""Video masters for encode jobs: what ffprobe says about one, checked at submit and again by the
+worker before it transcodes (parsing is pure).
 
 The stitch needs the master's frame count, rate, time base and start; the segments need seek points.
+A master is read only as one of the containers in MASTER_FORMATS (farm.media.probe): any other is
+refused by its name, at submit and on the worker.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from itertools import pairwise
@@ -14,16 +18,42 @@ from pathlib import Path
 import ffmpeg
 
 from farm.adapters import proc
-from farm.core.errors import SpecError
+from farm.adapters.sandbox import Box
+from farm.core.errors import PermanentError, Refused, SpecError
 from farm.core.sources import AudioStream, MasterInfo
 from farm.media import probe
-from farm.media.probe import video_streams
+from farm.media.probe import MASTER_FORMATS, video_streams
 
 VFR_TOLERANCE = Fraction(1, 4)
 """A frame interval further than this share of a frame from the average one means VFR."""
 STANDARD_RATES = tuple(Fraction(b * 1000, 1001) for b in (24, 30, 48, 60, 120)) + tuple(
     Fraction(r) for r in (24, 25, 30, 48, 50, 60, 100, 120)
 )
+
+
+_NOT_LISTED = re.compile(r"^\[([^\]@]+?) @ 0x[0-9a-f]+\] Format not on whitelist", re.MULTILINE)
+"""ffmpeg's log line when the demuxer it found is not on the format whitelist; the line is
+prefixed with that demuxer's name (`[hls @ 0x55d0c0a8] Format not on whitelist 'mov,…'`)."""
+
+
+def refused_container(stderr: str) -> str:
+    """The container ffprobe found and the format whitelist refused, by its name, before reading
+    any of it ('' when ffprobe failed for another reason). "unlisted" when the line is there but
+    its name is not."""
+    if "Format not on whitelist" not in stderr:
+        return ""
+    found = _NOT_LISTED.search(stderr)
+    return found.group(1) if found else "unlisted"
+
+
+def container_refusal(name: str, container: str) -> str:
+    """Why a master in `container` is refused, and what to do: its name and the allowed ones."""
+    return (
+        f"{name}: its container is {container!r}, which is not taken as a master (a playlist "
+        "or a container that opens other files or URLs would have the farm fetch them); encode "
+        f"jobs take one file in one of: {'; '.join(MASTER_FORMATS)}. Make it one such file "
+        "first (e.g. ffmpeg -i IN -c copy master.mov) and submit that"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +101,9 @@ def parse_master(name: str, streams_json: str, packets_csv: str) -> Probed:
     data = json.loads(streams_json or "{}")
     streams = data.get("streams") or []
     fmt = data.get("format") or {}
+    container = str(fmt.get("format_name", ""))
+    if container not in MASTER_FORMATS:  # the whitelist refuses them first; this is its record
+        raise SpecError(container_refusal(name, container))
     video = video_streams(data)
     if not video:
         kinds = sorted({str(s.get("codec_type")) for s in streams}) or ["nothing"]
@@ -103,7 +136,7 @@ def parse_master(name: str, streams_json: str, packets_csv: str) -> Probed:
         for n, s in enumerate(x for x in streams if x.get("codec_type") == "audio")
     )
     info = MasterInfo(
-        container=str(fmt.get("format_name", "")),
+        container=container,
         codec=str(stream.get("codec_name", "")),
         width=int(stream.get("width") or 0),
         height=int(stream.get("height") or 0),
@@ -132,20 +165,25 @@ def seek_points(probed: Probed, segment_frames: int) -> MasterInfo:
 
 
 def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path) -> Probed:
-    """Ask ffprobe about the file, then decode its first frame: a master must really play."""
+    """Ask ffprobe about the file, then decode its first frame: a master must really play.
+    On the submitter's machine, unboxed: the whitelists keep ffprobe and ffmpeg to this one
+    file (no playlist entry, no URL, no other file is opened)."""
     name = path.name
     source = probe.input_name(path)  # a name like `file:x.mp4` or `-x.mov` is that file
-    shown = proc.capture(probe.format_argv(ffprobe, source), 120)
+    shown = proc.capture(probe.format_argv(ffprobe, source, MASTER_FORMATS), 120)
     if shown.returncode != 0:
+        container = refused_container(shown.stderr)
+        if container:
+            raise SpecError(container_refusal(name, container))
         reason = (shown.stderr.strip().splitlines() or ["unknown error"])[-1]
         raise SpecError(
             f"{name}: not a .blend file, and not a video ffprobe can read ({reason}); "
             "encode jobs take a video master such as .mov, .mp4, .mkv or .mxf"
         )
-    packets = proc.capture(probe.packets_argv(ffprobe, source), 1800)
+    packets = proc.capture(probe.packets_argv(ffprobe, source, MASTER_FORMATS), 1800)
     probed = parse_master(name, shown.stdout, packets.stdout if packets.returncode == 0 else "")
     first_frame = (
-        ffmpeg.input(source)
+        ffmpeg.input(source, **probe.whitelists(source, MASTER_FORMATS))
         .output("-", map="0:v:0", f="null", **{"frames:v": 1})
         .global_args("-v", "error", "-nostdin")
     )
@@ -154,6 +192,26 @@ def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path) -> Probed:
         reason = (decoded.stderr.strip().splitlines() or ["unknown error"])[-1]
         raise SpecError(f"{name}: its first video frame does not decode ({reason}); is it corrupt?")
     return probed
+
+
+def check_container(ffprobe: str, path: Path, name: str, box: Box | None = None) -> str:
+    """The worker's own check of a master before it reads a frame of it (the submitter's can be
+    skipped by anyone holding the farm's credentials): its container, as ffprobe names it with
+    the whitelists, in `box`. Refused (the chunk fails at once) naming any other container;
+    PermanentError with what ffprobe said when it cannot read the file."""
+    shown = probe.capture(
+        probe.format_argv(ffprobe, probe.input_name(path), MASTER_FORMATS), 120, box
+    )
+    if shown.returncode != 0:
+        container = refused_container(shown.stderr)
+        if container:
+            raise Refused(container_refusal(name, container))
+        said = shown.stderr.replace(str(path), name).strip()[-300:]
+        raise PermanentError(f"ffprobe cannot read the master {name}: {said}")
+    container = str((json.loads(shown.stdout or "{}").get("format") or {}).get("format_name", ""))
+    if container not in MASTER_FORMATS:
+        raise Refused(container_refusal(name, container))
+    return container
 
 
 def _fraction(text: object) -> Fraction:

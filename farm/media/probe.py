@@ -3,18 +3,24 @@
 Used for masters at submit (farm.media.master), segments and deliverables on workers (segment,
 transcode, stitch). ffprobe argv is built here by hand: ffmpeg-python's `probe()` runs the
 program itself, and farm.adapters.proc is the one place that runs programs.
+
+Every input ffmpeg or ffprobe opens is read with `whitelists`: the file protocol alone,
+and only the demuxers that input may be. A master is untrusted: a playlist (HLS, DASH, concat)
+or a demuxer that opens other files or URLs would have the farm fetch them into the video.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from farm.adapters import proc
+from farm.adapters.sandbox import Box, wrap
 from farm.core.errors import PermanentError
 
 
@@ -59,6 +65,39 @@ HTTP_INPUT: dict[str, object] = {
 }
 """Options for reading over a presigned URL (only valid for http inputs)."""
 
+MASTER_FORMATS = (
+    "mov,mp4,m4a,3gp,3g2,mj2",  # QuickTime and MP4: ProRes, DNx, H.264/HEVC masters
+    "matroska,webm",
+    "mxf",
+    "mpegts",  # broadcast transport streams (.ts, .m2ts)
+    "avi",
+)
+"""The demuxers a master may be read with, as ffprobe names them (its format_name): single-file
+mastering containers that open nothing but their own file. Not hls, dash, concat, image2
+(patterns of files), tee, data or any playlist: those read other files and URLs."""
+FARM_FORMATS = ("mov,mp4,m4a,3gp,3g2,mj2",)
+"""The demuxers for what the farm writes itself: segments and deliverables (.mp4, .mov)."""
+CONCAT_FORMATS = ("concat", *FARM_FORMATS)
+"""A concat list the farm wrote, naming segments it wrote."""
+FRAME_FORMATS = ("image2",)
+"""A chunk's numbered frames (`%06d.png`), laid out by the worker."""
+FILE_PROTOCOL = "file"
+"""The one protocol a local input is read with: no http, tcp, data, subfile, crypto, concat."""
+
+
+def url_protocols(url: str) -> str:
+    """The protocols reading a presigned URL of the store takes, and no other: https over TLS
+    over TCP, or plain http over TCP."""
+    return "https,tls,tcp" if url.startswith("https://") else "http,tcp"
+
+
+def whitelists(source: str, formats: Sequence[str]) -> dict[str, object]:
+    """Input options that keep ffmpeg or ffprobe reading `source` to `formats`' demuxers and to
+    the file protocol alone (the store's URL: its own scheme's). A nested input (a playlist's
+    entry, a concat list's file) inherits both, so it cannot reach further either."""
+    protocols = url_protocols(source) if source.startswith(URL_SCHEMES) else FILE_PROTOCOL
+    return {"protocol_whitelist": protocols, "format_whitelist": ",".join(formats)}
+
 
 def input_name(source: str | Path) -> str:
     """What ffmpeg/ffprobe is told to open: a presigned URL as it is, anything else as
@@ -88,32 +127,31 @@ def option_args(options: dict[str, object]) -> list[str]:
     return [part for k, v in options.items() for part in (f"-{k}", str(v))]
 
 
-def streams_argv(ffprobe: str, path: str) -> list[str]:
+def streams_argv(ffprobe: str, path: str, formats: Sequence[str] = FARM_FORMATS) -> list[str]:
     """Every stream and the format, with video packets counted, as JSON."""
-    return [ffprobe, "-v", "error", "-count_packets", "-show_streams", "-show_format",
-            "-of", "json", path]  # fmt: skip
+    return [ffprobe, "-v", "error", *option_args(whitelists(path, formats)), "-count_packets",
+            "-show_streams", "-show_format", "-of", "json", path]  # fmt: skip
 
 
-def format_argv(ffprobe: str, path: str) -> list[str]:
-    """Streams and format without reading the whole file (fast; for a master at submit)."""
-    return [ffprobe, "-v", "error", "-show_format", "-show_streams", "-of", "json", path]
+def format_argv(ffprobe: str, path: str, formats: Sequence[str]) -> list[str]:
+    """Streams and format without reading the whole file (fast; a master, a joined header)."""
+    return [ffprobe, "-v", "error", *option_args(whitelists(path, formats)), "-show_format",
+            "-show_streams", "-of", "json", path]  # fmt: skip
 
 
-def packets_argv(ffprobe: str, path: str) -> list[str]:
+def packets_argv(ffprobe: str, path: str, formats: Sequence[str]) -> list[str]:
     """Every video packet's timestamp, duration and flags (keyframes), as CSV."""
-    return [ffprobe, "-v", "error", "-select_streams", "v:0",
-            "-show_entries", "packet=pts,duration,flags", "-of", "csv=p=0", path]  # fmt: skip
+    return [ffprobe, "-v", "error", *option_args(whitelists(path, formats)), "-select_streams",
+            "v:0", "-show_entries", "packet=pts,duration,flags", "-of", "csv=p=0",
+            path]  # fmt: skip
 
 
-def url_format_argv(ffprobe: str, url: str, ca_file: str = DEFAULT_CA_FILE) -> list[str]:
-    """The format only, read over `url` as ffmpeg reads it (`input_options`): whether it can."""
-    verify = option_args(input_options(url, ca_file))
-    return [ffprobe, "-v", "error", *verify, "-show_format", url]
-
-
-def url_readable(ffprobe: str, url: str, ca_file: str = DEFAULT_CA_FILE) -> bool:
-    """Whether ffmpeg can read a master straight from a presigned URL (byte ranges)."""
-    return proc.capture(url_format_argv(ffprobe, url, ca_file), 120).returncode == 0
+def capture(
+    argv: list[str], timeout_s: float, box: Box | None = None
+) -> proc.CompletedProcess[str]:
+    """Run an ffprobe argv, inside `box` when one is given (a worker's; none at submit, or with
+    FARM_SANDBOX=off, where the whitelists alone keep it to its file)."""
+    return proc.capture(wrap(argv, box) if box is not None else argv, timeout_s)
 
 
 def video_streams(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -147,9 +185,10 @@ def parse_streams(text: str, name: str = "the file") -> Streams:
     )
 
 
-def probe_streams(ffprobe: str, path: Path) -> Streams:
-    """Read a file this farm made (a segment, a deliverable); unreadable is a permanent error."""
-    result = proc.capture(streams_argv(ffprobe, input_name(path)), 600)
+def probe_streams(ffprobe: str, path: Path, box: Box | None = None) -> Streams:
+    """Read a file this farm made (a segment, a deliverable); unreadable is a permanent error.
+    `box`: where ffprobe runs (workers.host.box.media_box, `path` readable in it)."""
+    result = capture(streams_argv(ffprobe, input_name(path)), 600, box)
     if result.returncode != 0:
         raise PermanentError(f"ffprobe cannot read {path.name}: {result.stderr.strip()[-300:]}")
     return parse_streams(result.stdout, path.name)

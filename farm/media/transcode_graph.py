@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 import ffmpeg
 
 from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, moov_reserve_bytes
-from farm.media.probe import DEFAULT_CA_FILE, input_options
+from farm.media.probe import CONCAT_FORMATS, MASTER_FORMATS, input_name, whitelists
 
 MP4_AUDIO_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus"})
 """Audio codecs an MP4 holds as they are; anything else is encoded once to AAC."""
@@ -87,17 +88,17 @@ def segment_filtergraph(
 def segment_argv(
     *,
     ffmpeg_bin: str,
-    source: str,
+    source: Path,
     out: str,
     cut: SegmentCut,
     width: int,
     height: int,
     settings: EncodeSettings,
-    ca_file: str = DEFAULT_CA_FILE,
 ) -> list[str]:
     """The master's frames [first, end) -> one closed-GOP segment, video only, IDR first.
-    `source`: a presigned URL (https verified against `ca_file`) or `probe.input_name(path)`."""
-    reading: dict[str, object] = input_options(source, ca_file)
+    `source`: the master's local copy, read as that file alone, in a master's container alone."""
+    name = input_name(source)
+    reading = whitelists(name, MASTER_FORMATS)
     if cut.seek_s > 0:
         reading.update(noaccurate_seek=None, ss=f"{cut.seek_s:.6f}")
     opts = codec_options(settings, cut.count)
@@ -105,7 +106,7 @@ def segment_argv(
     pix_fmt = str(opts["pix_fmt"])
     if settings.is_nvenc:
         opts.pop("pix_fmt", None)  # CUDA frames; scale_cuda already chose the format
-    stream = ffmpeg.input(source, **reading).output(
+    stream = ffmpeg.input(name, **reading).output(
         out,
         map="0:v:0",
         an=None,
@@ -138,27 +139,29 @@ def mux_argv(
     *,
     ffmpeg_bin: str,
     list_file: str,
-    master: str,
+    master: Path | None,
     out: str,
     audio: list[tuple[str, int]],
     offset_s: float,
     frames: int,
     audio_packets: int = 0,
-    ca_file: str = DEFAULT_CA_FILE,
 ) -> list[str]:
     """Join the segments by stream copy and carry the master's audio over, once.
 
     ffmpeg shifts every input so its earliest stream starts at zero; `offset_s` (the master's
     format start minus its first video frame, zero or less) moves the audio so it keeps its
-    place against the first frame, as in the master.
+    place against the first frame, as in the master. `master`: its local copy (read only when
+    it has `audio`), in a master's container alone; the list, the farm's segments alone.
     """
-    joined = ffmpeg.input(list_file, f="concat", safe=0)
+    joined = ffmpeg.input(list_file, f="concat", safe=0, **whitelists(list_file, CONCAT_FORMATS))
     inputs = [joined["v:0"]]
     if audio:
-        reading: dict[str, object] = input_options(master, ca_file)
+        assert master is not None, "the master's audio is read from its local copy"
+        name = input_name(master)
+        reading = whitelists(name, MASTER_FORMATS)
         if offset_s:
             reading["itsoffset"] = f"{offset_s:.6f}"
-        source = ffmpeg.input(master, **reading)
+        source = ffmpeg.input(name, **reading)
         inputs += [source[f"a:{n}"] for n in range(len(audio))]
     stream = ffmpeg.output(
         *inputs,

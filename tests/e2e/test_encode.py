@@ -96,8 +96,8 @@ def test_a_mov_master_becomes_4k_h264_frame_exact_with_its_audio(
     _assert_no_frame_dropped_doubled_or_swapped(out, masters["mov"], reference, size, tmp_path)
     manifests = _manifests(local_farm, summary["id"])
     assert {m["encoder"]["name"] for m in manifests} == {"libx264"}
-    # Segments read the master over ranged HTTP from the store, not a whole download.
-    assert {m["master"]["read_as"] for m in manifests} == {"presigned-url"}
+    # Each segment's worker checked the master's container itself before reading it.
+    assert {m["master"]["container"] for m in manifests} == {"mov,mp4,m4a,3gp,3g2,mj2"}
 
 
 def test_a_mkv_master_becomes_4k_hevc_and_its_vorbis_audio_aac(

@@ -1,4 +1,5 @@
-"""ffmpeg and ffprobe read exactly the file they are given, and https only from a trusted server.
+"""ffmpeg and ffprobe read exactly the file they are given, and https (the store's, for a
+deliverable it assembled) only from a trusted server.
 
 Real ffprobe/ffmpeg on masters with names ffmpeg would read as a protocol or an option, and on a
 local https server whose certificate comes from a CA of the test's own."""
@@ -10,16 +11,16 @@ import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from farm.adapters.proc import capture
+from farm.core.errors import StoreError
 from farm.media import probe
-from farm.media.ffgraph import EncodeSettings
+from farm.media.join import probe_header
 from farm.media.master import probe_master
-from farm.media.transcode_graph import SegmentCut, segment_argv
+from farm.media.probe import Streams
 from tests.integration.tls_certs import make_certs
 
 FFMPEG = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
@@ -92,31 +93,25 @@ def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     server.shutdown()
 
 
-def _segment(url: str, out: Path, ca_file: str) -> list[str]:
-    cut = SegmentCut(first=0, end=12, total=24, rate=Fraction(24), start_pts=0)
-    return segment_argv(ffmpeg_bin="ffmpeg", source=url, out=str(out), cut=cut, width=64,
-                        height=48, settings=EncodeSettings(codec="h264", encoder="libx264", fps=Fraction(24), preset="ultrafast"),
-                        ca_file=ca_file)  # fmt: skip
+def _probe_url(url: str, ca_file: str) -> Streams:
+    """The worker's probe of a deliverable the store assembled (workers.phases.s3join)."""
+    return probe_header("ffprobe", url, name="output.mp4",
+                        options=probe.option_args(probe.input_options(url, ca_file)))  # fmt: skip
 
 
-def test_ffmpeg_refuses_an_https_master_from_an_untrusted_server(
-    https_server: tuple[str, Path], tmp_path: Path
+def test_ffprobe_refuses_the_store_url_of_an_untrusted_server(
+    https_server: tuple[str, Path],
 ) -> None:
     base, _ = https_server
-    argv = _segment(f"{base}/m.mp4", tmp_path / "s.mp4", probe.DEFAULT_CA_FILE)
-    assert "-tls_verify" in argv
-    done = capture(argv)
-    assert done.returncode != 0
-    assert "certificate" in done.stderr.lower() or "verif" in done.stderr.lower(), done.stderr
+    with pytest.raises(StoreError, match=r"certificate|SSL|TLS"):
+        _probe_url(f"{base}/m.mp4", probe.DEFAULT_CA_FILE)
 
 
-def test_ffmpeg_reads_an_https_master_from_a_server_its_ca_file_trusts(
-    https_server: tuple[str, Path], tmp_path: Path
+def test_ffprobe_reads_the_store_url_of_a_server_its_ca_file_trusts(
+    https_server: tuple[str, Path],
 ) -> None:
     base, ca = https_server
-    done = capture(_segment(f"{base}/m.mp4", tmp_path / "s.mp4", str(ca)))
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "s.mp4").stat().st_size > 0
+    assert _probe_url(f"{base}/m.mp4", str(ca)).frames == 24
 
 
 def test_ffprobe_without_the_flags_would_read_an_untrusted_server(
@@ -125,5 +120,3 @@ def test_ffprobe_without_the_flags_would_read_an_untrusted_server(
     """The attack, observed: ffprobe's default does not verify the certificate."""
     base, _ = https_server
     assert capture(["ffprobe", "-v", "error", "-show_format", f"{base}/m.mp4"]).returncode == 0
-    checked = capture(probe.url_format_argv("ffprobe", f"{base}/m.mp4"))  # the worker's argv
-    assert checked.returncode != 0

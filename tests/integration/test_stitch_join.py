@@ -190,10 +190,13 @@ class SegmentStore:
     def get_file(self, key: str, path: Path) -> None:
         path.write_bytes(self.objects[key].read_bytes())
 
-    def put_file(self, key: str, path: Path, **_: object) -> None:
+    def put_file_once(self, key: str, path: Path) -> bool:
+        if key in self.objects:
+            return False
         kept = self.root / key.replace("/", "_")
         kept.write_bytes(path.read_bytes())
         self.objects[key] = kept
+        return True
 
 
 def stored_segments(

@@ -34,7 +34,8 @@ def test_x264_segment_is_one_closed_gop_of_exact_length() -> None:
         frame_count=8,
     )
     assert argv == [
-        "ffmpeg", "-framerate", "24", "-start_number", "0", "-i", "/w/%06d.png",
+        "ffmpeg", "-format_whitelist", "image2", "-framerate", "24",
+        "-protocol_whitelist", "file", "-start_number", "0", "-i", "/w/%06d.png",
         "-color_primaries", "bt709", "-color_trc", "bt709", "-colorspace", "bt709",
         "-crf", "20", "-g", "8", "-pix_fmt", "yuv420p", "-preset", "medium",
         "-r", "24", "-vcodec", "libx264", "-vf",

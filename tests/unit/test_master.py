@@ -34,7 +34,10 @@ def _streams(video: dict[str, object] | None = None, audio: bool = True, **fmt: 
             }
         )
     return json.dumps(
-        {"streams": streams, "format": {"format_name": "mov,mp4", "start_time": "0.0", **fmt}}
+        {
+            "streams": streams,
+            "format": {"format_name": "mov,mp4,m4a,3gp,3g2,mj2", "start_time": "0.0", **fmt},
+        }
     )
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from farm.media.probe import DEFAULT_CA_FILE, url_format_argv
+from farm.media.probe import (
+    DEFAULT_CA_FILE,
+    FARM_FORMATS,
+    format_argv,
+    input_options,
+    option_args,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "farm" / "media" / "probe.py"
@@ -27,15 +33,20 @@ def ffprobe_argv_lines(source: str) -> list[int]:
     return found
 
 
-def test_a_presigned_url_is_probed_with_its_certificate_checked() -> None:
+def test_a_presigned_url_is_probed_over_its_own_scheme_with_its_certificate_checked() -> None:
+    """The one URL ffprobe reads: a deliverable the store assembled (workers.phases.s3join)."""
     url = "https://s3.example/m.mp4?X-Amz-Signature=s"
-    assert url_format_argv("/opt/ffprobe", url, "/farm/ca.pem") == [
+    assert format_argv("/opt/ffprobe", url, FARM_FORMATS) == [
         "/opt/ffprobe", "-v", "error",
+        "-protocol_whitelist", "https,tls,tcp", "-format_whitelist", "mov,mp4,m4a,3gp,3g2,mj2",
+        "-show_format", "-show_streams", "-of", "json", url,
+    ]  # fmt: skip
+    assert option_args(input_options(url, "/farm/ca.pem")) == [
         "-reconnect", "1", "-reconnect_on_network_error", "1", "-reconnect_delay_max", "10",
         "-tls_verify", "1", "-ca_file", "/farm/ca.pem",
-        "-show_format", url,
     ]  # fmt: skip
-    assert url_format_argv("ffprobe", url, "")[-4:-2] == ["-ca_file", DEFAULT_CA_FILE]
+    assert option_args(input_options(url, ""))[-2:] == ["-ca_file", DEFAULT_CA_FILE]
+    assert "http,tcp" in format_argv("ffprobe", "http://s3/m.mp4", FARM_FORMATS)
 
 
 def test_the_finder_sees_an_argv_built_by_hand() -> None:

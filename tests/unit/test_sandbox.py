@@ -104,11 +104,12 @@ def test_code_in_the_box_cannot_make_a_user_namespace_of_its_own(tmp_path: Path)
     assert subprocess.run(allowed, capture_output=True, check=False).returncode == 0  # before
 
 
-def test_a_host_where_bwrap_cannot_make_a_box_refuses_to_start_a_render_worker(
+def test_a_host_where_bwrap_cannot_make_a_box_refuses_to_start_a_worker(
     tmp_path: Path,
 ) -> None:
     """Found by a review: in a container run without the rights bwrap needs, the worker started
-    (bwrap was installed) and every chunk of every job failed in milliseconds."""
+    (bwrap was installed) and every chunk of every job failed in milliseconds. A stitch or
+    encode worker boxes its ffmpeg (a master is untrusted), so it refuses too."""
     from farm.adapters.settings import Settings
     from farm.core.errors import ConfigError
     from workers.host.box import check_host
@@ -120,7 +121,9 @@ def test_a_host_where_bwrap_cannot_make_a_box_refuses_to_start_a_render_worker(
     refusing.chmod(0o755)
     with pytest.raises(ConfigError, match=r"cannot make a box on this host \(bwrap: No perm"):
         check_host(Settings(), ["render", "stitch"], bwrap=str(refusing))
-    check_host(Settings(), ["stitch"], bwrap=str(refusing))  # renders nothing: no box needed
+    with pytest.raises(ConfigError, match=r"cannot make a box on this host"):
+        check_host(Settings(), ["stitch"], bwrap=str(refusing))
+    check_host(Settings(sandbox="off"), ["encode"], bwrap=str(refusing))  # no box asked for
     check_host(Settings(), ["render"])  # this host's bwrap makes one
 
 

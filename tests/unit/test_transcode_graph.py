@@ -1,4 +1,5 @@
 from fractions import Fraction
+from pathlib import Path
 
 from farm.media.ffgraph import EncodeSettings
 from farm.media.transcode_graph import (
@@ -13,6 +14,17 @@ from farm.media.transcode_graph import (
 
 NTSC = Fraction(24000, 1001)
 GLOBAL = ["-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
+MASTER_ONLY = [
+    "-protocol_whitelist", "file", "-format_whitelist", "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,mxf,mpegts,avi",
+]  # fmt: skip
+"""A master's input: its own file alone, in a mastering container alone."""
+SEGMENTS_ONLY = [
+    "-protocol_whitelist",
+    "file",
+    "-format_whitelist",
+    "concat,mov,mp4,m4a,3gp,3g2,mj2",
+]
+"""The concat list the stitch wrote: local files, the farm's own MP4/MOV segments."""
 
 
 FLAGS = {"-an", "-sn", "-dn", "-noaccurate_seek", "-copyts"}
@@ -66,11 +78,11 @@ def test_nvenc_uploads_the_frames_and_scales_them_with_scale_cuda() -> None:
     )
 
 
-def test_software_segment_over_a_presigned_url_seeks_to_a_keyframe_and_copies_timestamps() -> None:
+def test_software_segment_seeks_to_a_keyframe_of_the_local_master_and_copies_timestamps() -> None:
     settings = EncodeSettings(codec="hevc", encoder="libx265", fps=NTSC, quality=22, preset="fast")
     argv = segment_argv(
         ffmpeg_bin="ffmpeg",
-        source="http://s3/m.mov?X-Amz-Signature=x",
+        source=Path("/cache/m.mov"),
         out="/w/00001.mp4",
         cut=_cut(24, 48, seek_s=1.25125),
         width=3840,
@@ -78,11 +90,8 @@ def test_software_segment_over_a_presigned_url_seeks_to_a_keyframe_and_copies_ti
         settings=settings,
     )
     [reading], writing = split(argv, "/w/00001.mp4", [*GLOBAL, "-copyts"])
-    assert reading[-2:] == ["-i", "http://s3/m.mov?X-Amz-Signature=x"]
-    assert options(reading[:-2]) == options([
-        "-reconnect", "1", "-reconnect_on_network_error", "1", "-reconnect_delay_max", "10",
-        "-noaccurate_seek", "-ss", "1.251250",
-    ])  # fmt: skip
+    assert reading[-2:] == ["-i", "file:/cache/m.mov"]
+    assert options(reading[:-2]) == options([*MASTER_ONLY, "-noaccurate_seek", "-ss", "1.251250"])
     assert options(writing) == options([
         "-map", "0:v:0", "-an", "-sn", "-dn",
         "-vf", segment_filtergraph(_cut(24, 48), 3840, 2160, nvenc=False),
@@ -98,7 +107,7 @@ def test_nvenc_segment_from_a_local_file_starts_without_a_seek() -> None:
     settings = EncodeSettings(codec="h264", encoder="h264_nvenc", fps=NTSC, quality=21)
     argv = segment_argv(
         ffmpeg_bin="ffmpeg",
-        source="/cache/m.mov",
+        source=Path("/cache/m.mov"),
         out="/w/00000.mp4",
         cut=_cut(0, 24),
         width=1920,
@@ -107,7 +116,8 @@ def test_nvenc_segment_from_a_local_file_starts_without_a_seek() -> None:
     )
     hw = ["-init_hw_device", "cuda=gpu:0", "-filter_hw_device", "gpu"]
     [reading], writing = split(argv, "/w/00000.mp4", [*GLOBAL, "-copyts", *hw])
-    assert reading == ["-i", "/cache/m.mov"]
+    assert options(reading[:-2]) == options(MASTER_ONLY)
+    assert reading[-2:] == ["-i", "file:/cache/m.mov"]
     assert options(writing) == options([
         "-map", "0:v:0", "-an", "-sn", "-dn",
         "-vf", segment_filtergraph(_cut(0, 24), 1920, 1080, nvenc=True),
@@ -121,7 +131,7 @@ def test_nvenc_segment_from_a_local_file_starts_without_a_seek() -> None:
 def test_svtav1_segments_are_closed_gops_without_scene_cut_keyframes() -> None:
     settings = EncodeSettings(codec="av1", encoder="libsvtav1", fps=NTSC, quality=30)
     argv = segment_argv(
-        ffmpeg_bin="ffmpeg", source="/m.mov", out="/s.mp4", cut=_cut(0, 24),
+        ffmpeg_bin="ffmpeg", source=Path("/m.mov"), out="/s.mp4", cut=_cut(0, 24),
         width=1920, height=1080, settings=settings,
     )  # fmt: skip
     assert argv[argv.index("-svtav1-params") + 1] == "keyint=24:scd=0:irefresh-type=2"
@@ -151,7 +161,7 @@ def test_the_mux_joins_segments_by_copy_and_keeps_the_audio_in_place() -> None:
     argv = mux_argv(
         ffmpeg_bin="ffmpeg",
         list_file="/w/segments.txt",
-        master="/cache/m.mov",
+        master=Path("/cache/m.mov"),
         out="/w/output.mp4",
         audio=[("aac", 2)],
         offset_s=-0.024,
@@ -159,8 +169,10 @@ def test_the_mux_joins_segments_by_copy_and_keeps_the_audio_in_place() -> None:
         audio_packets=470,
     )
     (segments, master), writing = split(argv, "/w/output.mp4", GLOBAL)
-    assert segments == ["-f", "concat", "-safe", "0", "-i", "/w/segments.txt"]
-    assert master == ["-itsoffset", "-0.024000", "-i", "/cache/m.mov"]
+    assert options(segments[:-2]) == options(["-f", "concat", "-safe", "0", *SEGMENTS_ONLY])
+    assert segments[-2:] == ["-i", "/w/segments.txt"]
+    assert options(master[:-2]) == options([*MASTER_ONLY, "-itsoffset", "-0.024000"])
+    assert master[-2:] == ["-i", "file:/cache/m.mov"]
     assert options(writing) == options([
         "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a:0", "copy",
         "-moov_size", str(64 * 1024 + 48 * 710),
@@ -171,14 +183,15 @@ def test_a_silent_master_is_not_opened_at_the_mux() -> None:
     argv = mux_argv(
         ffmpeg_bin="ffmpeg",
         list_file="/l.txt",
-        master="",
+        master=None,
         out="/o.mp4",
         audio=[],
         offset_s=0.0,
         frames=24,
     )
-    inputs, writing = split(argv, "/o.mp4", GLOBAL)
-    assert inputs == [["-f", "concat", "-safe", "0", "-i", "/l.txt"]]
+    [segments], writing = split(argv, "/o.mp4", GLOBAL)
+    assert options(segments[:-2]) == options(["-f", "concat", "-safe", "0", *SEGMENTS_ONLY])
+    assert segments[-2:] == ["-i", "/l.txt"]
     assert options(writing) == options(
         ["-map", "0:v:0", "-c:v", "copy", "-moov_size", str(64 * 1024 + 48 * 24)]
     )

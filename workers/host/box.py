@@ -1,8 +1,9 @@
-"""The box a chunk's Blender runs in, from the worker's settings and what this host's bwrap can do
-(farm.adapters.sandbox builds the argv, farm.adapters.proc runs it).
+"""The boxes a chunk's Blender and the worker's ffmpeg and ffprobe run in, from the worker's
+settings and what this host's bwrap can do (farm.adapters.sandbox builds the argv,
+farm.adapters.proc runs it).
 
-`sandbox = "bwrap"` (the default) refuses to render when bwrap is missing: an untrusted scene never
-runs unboxed unless the settings say `off` explicitly.
+`sandbox = "bwrap"` (the default) refuses to render or encode when bwrap is missing: an untrusted
+scene or master never meets Blender or ffmpeg unboxed unless the settings say `off` explicitly.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from farm.adapters import proc
 from farm.adapters.sandbox import (
+    SYSTEM_DIRS,
     TMPFS_BYTES,
     Box,
     gpu_devices,
@@ -43,13 +45,7 @@ def render_box(
     if settings.sandbox == "off":
         log.warning("rendering without a box (FARM_SANDBOX=off): the scene can reach this host")
         return None
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise PermanentError(
-            "bwrap is not installed, so this worker will not run a scene: install bubblewrap "
-            "(apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that only renders "
-            "scenes you trust"
-        )
+    bwrap = installed_bwrap()
     program = shutil.which(settings.blender) or settings.blender
     (workspace / "tmp").mkdir(
         parents=True, exist_ok=True
@@ -61,13 +57,51 @@ def render_box(
     )
 
 
+def media_box(
+    settings: Settings,
+    *,
+    writable: tuple[Path, ...] = (),
+    readable: tuple[Path, ...] = (),
+    gpu: bool = False,
+) -> Box | None:
+    """The box the worker's ffmpeg and ffprobe run in: a master is untrusted like a scene (a
+    crafted file aimed at a demuxer's bugs), and segments and frames are made from untrusted
+    input. Writable: the step's own folder (HOME; the output goes there); readable: its inputs
+    (the master's local copy, the frames, the segments); `gpu`: the GPUs, for NVENC alone. No
+    network. None when the box is turned off (FARM_SANDBOX=off): the whitelists on every input
+    (farm.media.probe) still keep ffmpeg to local files, the master to its own file."""
+    if settings.sandbox == "off":
+        return None
+    found = (shutil.which(p) for p in (settings.ffmpeg, settings.ffprobe))
+    folders = {Path(p).resolve().parent for p in found if p}
+    # A build of its own (/srv/ffmpeg/bin) is read there; the system's are in the box already.
+    own = sorted(d for d in folders if not any(d.is_relative_to(s) for s in SYSTEM_DIRS))
+    return host_box(installed_bwrap(), writable=writable, readable=(*readable, *own), gpu=gpu)
+
+
+def installed_bwrap() -> str:
+    """The bwrap on PATH; PermanentError (the chunk fails, saying what to do) when there is none."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise PermanentError(
+            "bwrap is not installed, so this worker will not run a scene or read a master: "
+            "install bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host "
+            "that only takes scenes and masters you trust"
+        )
+    return bwrap
+
+
 def host_box(
-    bwrap: str, *, writable: tuple[Path, ...] = (), readable: tuple[Path, ...] = ()
+    bwrap: str,
+    *,
+    writable: tuple[Path, ...] = (),
+    readable: tuple[Path, ...] = (),
+    gpu: bool = True,
 ) -> Box:
-    """A box over these folders with what this host's bwrap can do: its GPUs, a capped /tmp,
-    no user namespaces inside."""
+    """A box over these folders with what this host's bwrap can do: its GPUs (unless not
+    `gpu`), a capped /tmp, no user namespaces inside."""
     return Box(
-        writable=writable, readable=readable, devices=gpu_devices(), bwrap=bwrap,
+        writable=writable, readable=readable, devices=gpu_devices() if gpu else (), bwrap=bwrap,
         tmpfs_bytes=tmpfs_cap(bwrap), no_userns=userns_cap(bwrap),
     )  # fmt: skip
 
@@ -86,17 +120,18 @@ def tmpfs_cap(bwrap: str) -> int:
 
 
 def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) -> None:
-    """A worker that would render without a box, or on a host where no box can be made,
-    refuses to start (ConfigError), rather than failing each chunk it takes (and with them the
-    farm's jobs). `bwrap`: the one to check (default: the one on PATH)."""
-    if "render" not in queues or settings.sandbox != "bwrap":
+    """A worker that would run Blender or ffmpeg without a box, or on a host where no box can
+    be made, refuses to start (ConfigError), rather than failing each chunk it takes (and with
+    them the farm's jobs). Every queue boxes its program: render Blender, encode and stitch
+    ffmpeg. `bwrap`: the one to check (default: the one on PATH)."""
+    if not queues or settings.sandbox != "bwrap":
         return
     bwrap = bwrap or shutil.which("bwrap")
     if bwrap is None:
         raise ConfigError(
-            "bwrap is not installed, so this worker will not render untrusted scenes: install "
-            "bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host that "
-            "only renders scenes you trust"
+            "bwrap is not installed, so this worker will not run untrusted scenes or masters: "
+            "install bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host "
+            "that only takes scenes and masters you trust"
         )
     # A box as a chunk gets one, around `true`: a container without the rights bwrap needs
     # (Docker's default seccomp and AppArmor profiles refuse its namespaces) fails here.
@@ -113,7 +148,7 @@ def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) 
             "--security-opt seccomp=unconfined --security-opt apparmor=unconfined "
             "--security-opt systempaths=unconfined; Kubernetes: seccompProfile Unconfined and "
             "procMount: Unmasked, with the pod's hostUsers: false; the box takes their place), "
-            "or set FARM_SANDBOX=off on a host that only renders scenes you trust"
+            "or set FARM_SANDBOX=off on a host that only takes scenes and masters you trust"
         )
     if not trial.tmpfs_bytes:
         log.warning("this bwrap has no --size (bubblewrap 0.7+): the box's /tmp is not capped")

@@ -1,42 +1,41 @@
 """The transcode phase: one segment of a transcode job's master: exactly its frames, scaled, to a closed-GOP
 segment; upload it, then write its manifest last (encoder and settings included).
 
-The master is read over a short-lived presigned URL (ffmpeg reads byte ranges) where that works,
-else from one local copy per worker, cached by content hash.
+The master is untrusted: it is read from one local copy per worker (cached by content hash), its
+container checked here first, by ffmpeg and ffprobe in the box (no network, the master and the
+chunk's folder alone) with the whitelists of farm.media.probe.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from farm.core.errors import PermanentError
 from farm.core.sources import MasterInfo
 from farm.core.spec import EncoderChoice, JobSpec
 from farm.media.ffgraph import EncodeSettings, choose_encoder
-from farm.media.probe import input_name, probe_streams, url_readable
+from farm.media.master import check_container
+from farm.media.probe import input_name, probe_streams
 from farm.media.transcode_graph import SegmentCut, default_quality, seek_seconds, segment_argv
 from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import ChunkAttempt, Outcome, segment_manifest
+from workers.host.box import media_box
 from workers.phases.segment import job_encoder
 from workers.phases.source import fetch_source
 
 log = logging.getLogger(__name__)
-URL_TTL_S = 3600
-_RANGED: dict[str, bool] = {}
-"""Per worker process: whether ffmpeg could read a master straight from the store."""
 
 
-def master_source(ctx: WorkerContext, key: str) -> tuple[str, str]:
-    """(what ffmpeg opens, how it is read): a presigned URL, or the cached local copy."""
-    url = ctx.store.presign_get(key, URL_TTL_S)
-    if key not in _RANGED:
-        _RANGED[key] = url_readable(ctx.settings.ffprobe, url, ctx.settings.ca_file)
-        if not _RANGED[key]:
-            log.warning("ffmpeg cannot read %s over a presigned URL; using a local copy", key)
-    if _RANGED[key]:
-        return url, "presigned-url"
-    return input_name(fetch_source(ctx, key)), "cached-copy"
+def local_master(ctx: WorkerContext, key: str, name: str) -> tuple[Path, str]:
+    """The master's local copy and its container, checked by this worker before any frame of
+    it is read: the submit's check runs on the submitter's machine, and anyone holding the
+    farm's credentials can skip it. PermanentError naming a container not taken (`name`: what
+    the user called the master)."""
+    path = fetch_source(ctx, key)
+    box = media_box(ctx.settings, readable=(path,))
+    return path, check_container(ctx.settings.ffprobe, path, name, box)
 
 
 def pick_encoder(spec: JobSpec, nvenc: bool, nvenc_error: str) -> str:
@@ -83,8 +82,9 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
         preset=spec.preset,
     )
     source_key = attempt.job["source_key"]
-    source, read_as = master_source(ctx, source_key)
-    segment = attempt.fresh_workspace() / f"{index:05d}.{spec.codec.container}"
+    source, container = local_master(ctx, source_key, spec.source_name)
+    workspace = attempt.fresh_workspace()
+    segment = workspace / f"{index:05d}.{spec.codec.container}"
     cut = segment_cut(spec.master, frames, spec.chunk_size)
     argv = segment_argv(
         ffmpeg_bin=ctx.settings.ffmpeg,
@@ -94,11 +94,11 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
         width=spec.resolution.width,
         height=spec.resolution.height,
         settings=settings,
-        ca_file=ctx.settings.ca_file,
     )
-    attempt.run_child(argv, what=f"ffmpeg ({encoder})", redact=source)
+    box = media_box(ctx.settings, writable=(workspace,), readable=(source,), gpu=settings.is_nvenc)
+    attempt.run_child(argv, what=f"ffmpeg ({encoder})", box=box)
     encoded_s = time.monotonic() - started
-    info = probe_streams(ctx.settings.ffprobe, segment)
+    info = probe_streams(ctx.settings.ffprobe, segment, box)
     if info.frames != cut.count:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {cut.count}")
     attempt.check_lease("before the upload")
@@ -113,9 +113,9 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
             "name": settings.encoder,
             "quality": settings.quality,
             "preset": settings.preset,
-            "argv": [a for a in argv[1:] if a not in (source, str(segment))],
+            "argv": [a for a in argv[1:] if a not in (input_name(source), str(segment))],
         },
-        master={"key": source_key, "read_as": read_as},
+        master={"key": source_key, "container": container},
         etag=etag,
     )
     return Outcome(

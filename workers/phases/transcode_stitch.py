@@ -16,8 +16,9 @@ from farm.media.join import join_segments, probe_joined
 from farm.media.probe import Streams, probe_streams
 from farm.media.transcode_graph import mux_argv
 from workers.attempt.context import WorkerContext
+from workers.host.box import media_box
 from workers.phases.stitch import deliver, fetching, segment_refs, stitch_workspace
-from workers.phases.transcode import master_source
+from workers.phases.transcode import local_master
 
 
 def check_encoders(encoders: list[dict[str, Any]]) -> None:
@@ -84,10 +85,13 @@ def stitch_master(
         encoders = [{k: v for k, v in ref.encoder.items() if k != "argv"} for ref in refs]
         check_encoders(encoders)
         out = work / f"output.{spec.codec.container}"
-        source = master_source(ctx, job["source_key"])[0] if master.audio else ""
+        # The audio is read from the master's local copy (checked here too), in the box.
+        source = local_master(ctx, job["source_key"], spec.source_name)[0] if master.audio else None
+        box = media_box(ctx.settings, writable=(work,), readable=(source,) if source else ())
 
         def mux(list_file: Path, paths: list[Path]) -> list[str]:
-            check_segments([probe_streams(ctx.settings.ffprobe, p) for p in paths], spec, encoders)
+            found = [probe_streams(ctx.settings.ffprobe, p, box) for p in paths]
+            check_segments(found, spec, encoders)
             return mux_argv(
                 ffmpeg_bin=ctx.settings.ffmpeg,
                 list_file=str(list_file),
@@ -96,7 +100,6 @@ def stitch_master(
                 audio=[(a.codec, a.channels) for a in master.audio],
                 offset_s=min(0.0, master.format_start_s - master.start_s),
                 frames=master.frame_count,
-                ca_file=ctx.settings.ca_file,
                 audio_packets=sum(
                     # AAC and most codecs carry 1024 samples a packet; 2x covers the rest.
                     2 * int((a.duration_s or master.duration_s) * a.sample_rate / 1024) + 64
@@ -112,10 +115,10 @@ def stitch_master(
                 out=out,
                 concat=mux,
                 skip="the master's audio is carried over by ffmpeg" if master.audio else "",
-                hide=source,
+                box=box,
             )
         join_s = time.monotonic() - joining
-        info = probe_joined(ctx.settings.ffprobe, out, joined, master.frame_count, master.rate)
+        info = probe_joined(ctx.settings.ffprobe, out, joined, master.frame_count, master.rate, box)
         check_output(info, spec, master)
         output_key = deliver(
             ctx, job_id, out, started, fetch_join_s=round(join_s, 3), stitch_join=joined.method
