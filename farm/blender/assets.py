@@ -2,7 +2,9 @@
 
 The manifest lists each file by its path in the job's tree (relative to the scene's folder, as the
 .blend refers to it); files outside that folder, or named by absolute paths, go under `_abs/` and a
-remap tells Blender on the worker where they are now. Tracing is blender-asset-tracer's.
+remap tells Blender on the worker where they are now. Tracing is blender-asset-tracer's, run in a
+bounded child process (farm.blender.isolated); files come only from the scene's folder tree and
+the folders the user allows, never from the places farm.blender.places names.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -18,25 +20,21 @@ from typing import Any
 
 from blender_asset_tracer import blendfile as bat
 from blender_asset_tracer import bpathlib, trace
-from blender_asset_tracer.trace import file_sequence
 
-from farm.adapters.settings import config_paths
+from farm.adapters.settings import Settings
 from farm.adapters.store import Store
+from farm.blender.blendfile import BlendCaps, BoundedOpener, read_scene
+from farm.blender.isolated import run_isolated
+from farm.blender.places import Private
+from farm.blender.sequences import usage_files
 from farm.core import keys
 from farm.core.errors import SpecError
+from farm.core.sources import SceneInfo
 
 log = logging.getLogger(__name__)
 OUTSIDE = "_abs"
 """Tree folder for files outside the scene's folder: `_abs/<their absolute path, root stripped>`."""
 _UPLOAD_THREADS = 8
-PRIVATE_ROOTS = ("/proc", "/sys", "/dev", "/run", "/etc", "/boot")
-"""System folders no texture lives in, some of which hold secrets (/proc/self/environ,
-/run/secrets)..."""
-MEDIA = "/run/media"
-"""... but for where a desktop mounts a removable drive, which may well hold a project."""
-PRIVATE_HOME = (".ssh", ".aws", ".gnupg", ".netrc", ".docker", ".kube", ".azure", ".pgpass",
-                ".git-credentials", ".config/farm", ".config/gcloud")  # fmt: skip
-"""The places in a home folder where credentials live."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,18 +122,6 @@ def _stored(usage: trace.result.BlockUsage) -> str:
     return bytes(usage.asset_path).decode("utf-8", "surrogateescape")
 
 
-def _files(usage: trace.result.BlockUsage) -> list[Path]:
-    """The files one usage stands for (every tile of a UDIM, every frame of a sequence); [] when
-    none is there."""
-    path = Path(usage.abspath)
-    if not usage.is_sequence:
-        return [path] if path.is_file() else []
-    try:
-        return [p for p in file_sequence.expand_sequence(path) if p.is_file()]
-    except file_sequence.DoesNotExist:
-        return []
-
-
 def _usages(scene: Path) -> Iterator[trace.result.BlockUsage]:
     try:
         yield from trace.deps(scene)
@@ -147,10 +133,50 @@ def _usages(scene: Path) -> Iterator[trace.result.BlockUsage]:
         bat.close_all_cached()
 
 
-def trace_scene(scene: Path, config: Path | None = None) -> Traced:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sources:
+    """Where a scene's files may be uploaded from: its project (the scene's folder tree) and the
+    folders allowed besides (`submit --allow-path`, FARM_ASSET_ALLOW_PATHS), never the places
+    `Private` names; and the caps on reading the .blend files."""
+
+    allowed: tuple[Path, ...] = ()
+    data_dirs: tuple[Path, ...] = ()
+    """The farm's data folders (settings.data_dir, ./.farm): its secrets, CA key, Redis data."""
+    config: Path | None = None
+    """The farm config this command reads, when not one of the default places."""
+    caps: BlendCaps = field(default_factory=BlendCaps)
+
+    @classmethod
+    def of(
+        cls, settings: Settings, allow_paths: tuple[str, ...] = (), config: Path | None = None
+    ) -> Sources:
+        """The sources a command's settings and flags allow."""
+        listed = [*allow_paths, *filter(None, settings.asset_allow_paths.split(os.pathsep))]
+        return cls(
+            allowed=tuple(Path(p).expanduser().resolve() for p in listed),
+            data_dirs=tuple(Path(d).expanduser() for d in (settings.data_dir,) if d),
+            config=config,
+            caps=BlendCaps.from_settings(settings),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Found:
+    """What the walk over a scene's usages found (in the read's child process); hashing the files
+    is left to the caller, so the read's timeout counts parsing alone."""
+
+    local: dict[str, Path]
+    """Tree path -> the file it resolves to, checked."""
+    remap: dict[str, str]
+    missing: tuple[str, ...]
+    unremapped: tuple[str, ...]
+
+
+def _walk(scene: Path, sources: Sources) -> Found:
     """Every file `scene` uses, recursively through linked libraries; packed ones stay inside.
-    Hashes each file once. Missing files are listed, not raised (see `require_complete`); private
-    ones (`private`; `config`: the farm config this command reads) are refused."""
+    Missing files are listed, not raised (see `require_complete`); a file outside the project and
+    the allowed folders, or in a private place (`Private`), after links are followed, is
+    refused."""
     scene = bpathlib.make_absolute(scene)
     scene_dir = scene.parent
     local: dict[str, Path] = {}
@@ -159,7 +185,9 @@ def trace_scene(scene: Path, config: Path | None = None) -> Traced:
     remap: dict[str, str] = {}
     unremapped: dict[str, None] = {}
     refused: dict[Path, str] = {}
-    places = Private.of(config=config)
+    outside = False
+    places = Private.of(config=sources.config, data_dirs=sources.data_dirs)
+    project = (scene_dir.resolve(), *sources.allowed)
     for usage in _usages(scene):
         stored = _stored(usage)
         in_scene = bpathlib.make_absolute(Path(usage.block.bfile.filepath)) == scene
@@ -169,83 +197,98 @@ def trace_scene(scene: Path, config: Path | None = None) -> Traced:
                 remap[stored] = "//" + target
             else:
                 unremapped[f"{stored} (in {usage.block.bfile.filepath.name})"] = None
-        files = _files(usage)
+        files = usage_files(usage)
+        kind = usage.block.dna_type_name.lower()
+        name = usage.block_name.decode("utf-8", "replace")[2:] or "?"
         if not files:
-            kind = usage.block.dna_type_name.lower()
-            name = usage.block_name.decode("utf-8", "replace")[2:] or "?"
             looked = bpathlib.make_absolute(Path(usage.abspath))
             missing.setdefault(looked, f"{stored} ({kind} {name!r}; looked for {looked})")
         for path in files:
-            if reason := places.reason(path):
-                kind = usage.block.dna_type_name.lower()
-                name = usage.block_name.decode("utf-8", "replace")[2:] or "?"
-                refused.setdefault(path, f"{path} ({kind} {name!r}; {reason})")
+            real = path.resolve()
+            reason = places.reason(real)
+            if not reason and not any(real.is_relative_to(root) for root in project):
+                reason = (
+                    f"outside the scene's project {scene_dir} (`--allow-path {real.parent}` "
+                    "would allow it)"
+                )
+                outside = True
+            if reason:
+                refused.setdefault(path, f"{stored} ({kind} {name!r}): {real}: {reason}")
                 continue
-            local.setdefault(tree_path(path, scene_dir), path)
+            local.setdefault(tree_path(path, scene_dir), real)
     if refused:
-        # A scene from someone else can name the submitter's secrets to have them uploaded to the
-        # farm and read by its scripts: such files are never uploaded, whatever the flags.
-        names = "\n  ".join(refused.values())
-        raise SpecError(
-            f"the scene names files farm will not upload:\n  {names}\n"
-            "a scene can name private files to have them copied to the farm; remove these paths "
-            "from it (File > External Data > Report Missing Files lists its paths)"
-        )
+        raise SpecError(_refusal(refused.values(), outside))
+    return Found(
+        local=local, remap=remap, missing=tuple(missing.values()), unremapped=tuple(unremapped)
+    )
+
+
+def _refusal(lines: Iterable[str], outside: bool) -> str:
+    """A scene from someone else can name the submitter's secrets, or link to them from inside
+    the project, to have them uploaded to the farm and read by its scripts: such files are never
+    uploaded, and files outside the project only where the user allowed their folder."""
+    names = "\n  ".join(lines)
+    advice = (
+        "a file outside the scene's folder is uploaded only from a folder you allow: "
+        "`farm submit --allow-path DIR` (or FARM_ASSET_ALLOW_PATHS), or move it into the "
+        "scene's folder; "
+        if outside
+        else ""
+    )
+    return (
+        f"the scene names files farm will not upload:\n  {names}\n{advice}"
+        "credentials, system folders and the farm's own data and config are never uploaded, "
+        "whatever --allow-path says; remove those paths from the scene (File > External Data > "
+        "Report Missing Files lists its paths)"
+    )
+
+
+def _hashed(found: Found, scene: Path) -> Traced:
     assets = tuple(
         Asset(path=rel, sha256=_sha256(path), size_bytes=path.stat().st_size)
-        for rel, path in sorted(local.items())
+        for rel, path in sorted(found.local.items())
     )
     manifest = Manifest(
         scene=scene.name,
         assets=assets,
-        remap=remap,
-        missing=tuple(missing.values()),
-        unremapped=tuple(unremapped),
+        remap=found.remap,
+        missing=found.missing,
+        unremapped=found.unremapped,
     )
-    return Traced(manifest=manifest, local=local)
+    return Traced(manifest=manifest, local=found.local)
 
 
-@dataclass(frozen=True, slots=True)
-class Private:
-    """The places a scene's files are never uploaded from, resolved once per trace."""
-
-    credentials: tuple[Path, ...]
-    configs: frozenset[Path]
-
-    @classmethod
-    def of(cls, environ: Mapping[str, str] = os.environ, config: Path | None = None) -> Private:
-        home = Path(environ.get("HOME") or Path.home())
-        configs = {*config_paths(environ), *([config] if config else [])}
-        return cls(
-            credentials=tuple((home / place).resolve() for place in PRIVATE_HOME),
-            configs=frozenset(c.expanduser().resolve() for c in configs),
-        )
-
-    def reason(self, path: Path) -> str:
-        """Why `path` (a file a scene uses) is never uploaded, or "": a system folder, a home's
-        credentials, the farm's own config; links are followed to what they name."""
-        real = path.resolve()
-        if any(real.is_relative_to(root) for root in PRIVATE_ROOTS) and not _mounted(real):
-            return "a system folder"
-        if any(real.is_relative_to(place) for place in self.credentials):
-            return "where credentials are kept"
-        return "the farm's config" if real in self.configs else ""
+def _read_and_walk(scene: Path, sources: Sources, read: bool) -> tuple[SceneInfo | None, Found]:
+    """In the read's child: BAT opens every .blend through the caps, the scene's settings are read
+    (when `read`) and its files walked, from one parse."""
+    BoundedOpener(sources.caps).install()
+    try:
+        info = read_scene(scene, cached=True) if read else None
+        return info, _walk(scene, sources)
+    finally:
+        bat.close_all_cached()
 
 
-def private(path: Path, environ: Mapping[str, str] = os.environ, config: Path | None = None) -> str:
-    """`Private.reason` for one file (`config`: the one this command reads, when not the
-    default)."""
-    return Private.of(environ, config).reason(path)
+def _isolated(scene: Path, sources: Sources, read: bool) -> tuple[SceneInfo | None, Traced]:
+    caps = sources.caps
+    info, found = run_isolated(
+        _read_and_walk, scene, sources, read,
+        what=scene, memory_bytes=caps.memory_bytes, timeout_s=caps.timeout_s,
+    )  # fmt: skip
+    return info, _hashed(found, scene)
 
 
-def _mounted(real: Path) -> bool:
-    """Under /run, where a desktop mounts drives and shares: a removable drive (/run/media/USER),
-    a network share opened in the file manager (/run/user/UID/gvfs), a sandboxed app's files
-    (/run/user/UID/doc)."""
-    parts = real.parts
-    return real.is_relative_to(MEDIA) or (
-        parts[1:3] == ("run", "user") and len(parts) > 4 and parts[4] in ("gvfs", "doc")
-    )
+def trace_scene(scene: Path, sources: Sources | None = None) -> Traced:
+    """Every file `scene` uses, read within the caps in a child process, each hashed once (see
+    `_walk` for what is refused)."""
+    return _isolated(scene, sources or Sources(), read=False)[1]
+
+
+def read_and_trace(scene: Path, sources: Sources) -> tuple[SceneInfo, Traced]:
+    """`farm submit`: the scene's settings and every file it uses, from one bounded parse."""
+    info, traced = _isolated(scene, sources, read=True)
+    assert info is not None
+    return info, traced
 
 
 def _sha256(path: Path) -> str:

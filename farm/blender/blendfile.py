@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from blender_asset_tracer import blendfile as bat
-from blender_asset_tracer.blendfile import iterators
+from blender_asset_tracer.blendfile import header, iterators, magic_compression
 
 from farm.core.errors import SpecError
 from farm.core.sources import SceneInfo
@@ -42,6 +45,145 @@ _IDP_INT, _IDP_GROUP, _IDP_BOOLEAN = 1, 6, 10
 _VIEW_LAYER_RENDER = 1
 _OB_CAMERA = 11
 _ZSTD, _ZSTD_SEEKABLE = b"\x28\xb5\x2f\xfd", b"\xb1\xea\x92\x8f"
+_MIB = 1024 * 1024
+_RATIO_FLOOR_BYTES = 64 * _MIB
+"""The compression-ratio cap applies past this much output: a small file full of zeros (a new
+scene's empty images) compresses far better than a real one, and costs nothing to read."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlendCaps:
+    """Bounds on reading an untrusted .blend at submit (farm.blender.isolated runs the read).
+    The defaults pass the largest studio scenes: multi-GB files exist, Blender's zstd packs a
+    real scene 3-10x, a big production links a few hundred libraries and a 4 GiB file holds about
+    a million blocks; each cap is a `FARM_BLEND_MAX_*` setting."""
+
+    max_file_bytes: int = 8 * 1024 * _MIB
+    max_decompressed_bytes: int = 16 * 1024 * _MIB
+    max_ratio: float = 100.0
+    max_libraries: int = 2_000
+    max_blocks: int = 4_000_000
+    memory_bytes: int = 4 * 1024 * _MIB
+    """Address space the read may take beyond what the command had mapped (RLIMIT_AS): BAT
+    keeps about 320 bytes per block, 1.3 GB at max_blocks."""
+    timeout_s: float = 120.0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> BlendCaps:
+        """The caps a command's settings (farm.adapters.settings.Settings) ask for."""
+        return cls(
+            max_file_bytes=settings.blend_max_file_mb * _MIB,
+            max_decompressed_bytes=settings.blend_max_decompressed_mb * _MIB,
+            max_ratio=settings.blend_max_ratio,
+            max_libraries=settings.blend_max_libraries,
+            max_blocks=settings.blend_max_blocks,
+            memory_bytes=settings.blend_parse_memory_mb * _MIB,
+            timeout_s=settings.blend_parse_timeout_s,
+        )
+
+
+def _over(path: Path, what: str, measured: str, setting: str, cap: str) -> SpecError:
+    return SpecError(
+        f"{path}: {what} ({measured}, the cap is {cap}); farm refuses to read it, as it would a "
+        f".blend made to exhaust this machine. If the scene is real, raise {setting}"
+    )
+
+
+def _size(count: float) -> str:
+    return f"{count / _MIB:,.0f} MiB" if count >= _MIB else f"{count / 1024:,.0f} KiB"
+
+
+class BoundedOpener:
+    """BAT's `magic_compression.open` with caps: file size, bytes and ratio decompressed, blocks
+    and linked libraries per file, and .blend files opened in all. BAT has no hook for limits, so
+    the read's child process (farm.blender.isolated) puts this in its place; decompressed files
+    go to the child's temp dir, which its parent removes whatever happens."""
+
+    def __init__(self, caps: BlendCaps) -> None:
+        self.caps = caps
+        self.opened = 0
+
+    def __call__(self, path: Path, mode: str, buffer_size: int) -> Any:
+        self.opened += 1
+        if self.opened - 1 > self.caps.max_libraries:
+            raise _over(path, "the scene links more libraries than farm reads",
+                        f"{self.opened - 1} opened", "FARM_BLEND_MAX_LIBRARIES",
+                        f"{self.caps.max_libraries}")  # fmt: skip
+        size = path.stat().st_size
+        if size > self.caps.max_file_bytes:
+            raise _over(path, "the .blend file is too large", _size(size),
+                        "FARM_BLEND_MAX_FILE_MB", _size(self.caps.max_file_bytes))  # fmt: skip
+        with path.open("rb") as fh:
+            kind = magic_compression.find_compression_type(fh)
+        if kind in (magic_compression.Compression.NONE, magic_compression.Compression.UNRECOGNISED):
+            opened = _BAT_OPEN(path, mode, buffer_size)
+        else:
+            opened = self._decompressed(path, kind, size, buffer_size)
+        self._count_blocks(path, opened.fileobj)
+        return opened
+
+    def _decompressed(
+        self, path: Path, kind: magic_compression.Compression, size: int, buffer_size: int
+    ) -> Any:
+        """BAT's decompression to a temporary file, stopped at the caps on bytes and ratio."""
+        out = tempfile.NamedTemporaryFile()  # noqa: SIM115 (BAT closes it with the BlendFile)
+        written = 0
+        with path.open("rb") as raw, magic_compression._decompressor(raw, "rb", kind) as stream:
+            if (
+                stream.read(len(magic_compression.BLENDFILE_MAGIC))
+                != magic_compression.BLENDFILE_MAGIC
+            ):
+                out.close()
+                raise SpecError(f"{path}: the compressed file is not a .blend file")
+            out.write(magic_compression.BLENDFILE_MAGIC)
+            written = len(magic_compression.BLENDFILE_MAGIC)
+            while data := stream.read(buffer_size):
+                written += len(data)
+                if written > self.caps.max_decompressed_bytes:
+                    out.close()
+                    raise _over(path, "the .blend file decompresses to too much",
+                                f"over {_size(written)}", "FARM_BLEND_MAX_DECOMPRESSED_MB",
+                                _size(self.caps.max_decompressed_bytes))  # fmt: skip
+                if written > _RATIO_FLOOR_BYTES and written > self.caps.max_ratio * size:
+                    out.close()
+                    raise _over(path, "the .blend file decompresses far more than a scene does",
+                                f"over {written / size:,.0f}:1, {_size(size)} to over {_size(written)}",
+                                "FARM_BLEND_MAX_RATIO", f"{self.caps.max_ratio:g}:1")  # fmt: skip
+                out.write(data)
+        out.flush()
+        return magic_compression.DecompressedFileInfo(
+            is_compressed=True, path=Path(out.name), fileobj=out
+        )
+
+    def _count_blocks(self, path: Path, fileobj: IO[bytes]) -> None:
+        """Block headers only, before BAT loads them all: the number of blocks and of linked
+        libraries (LI) in this file against their caps."""
+        head = header.BlendFileHeader(fileobj, path)
+        layout, fields = head.create_block_header_struct()
+        blocks = libraries = 0
+        while len(data := fileobj.read(layout.size)) == layout.size:
+            block = fields(*layout.unpack(data))
+            if block.code[:4] == b"ENDB":
+                break
+            if block.len < 0:
+                raise SpecError(f"{path}: the .blend file is damaged (a block of negative size)")
+            blocks += 1
+            libraries += block.code[:2] == b"LI"
+            if blocks > self.caps.max_blocks:
+                raise _over(path, "the .blend file holds too many blocks", f"over {blocks - 1:,}",
+                            "FARM_BLEND_MAX_BLOCKS", f"{self.caps.max_blocks:,}")  # fmt: skip
+            fileobj.seek(block.len, os.SEEK_CUR)
+        fileobj.seek(0, os.SEEK_SET)
+        if libraries > self.caps.max_libraries:
+            raise _over(path, "the .blend file links too many libraries", f"{libraries:,}",
+                        "FARM_BLEND_MAX_LIBRARIES", f"{self.caps.max_libraries:,}")  # fmt: skip
+
+    def install(self) -> None:
+        """Put these caps in BAT's place, in the read's own child process only."""
+        magic_compression.open = self
+
+
+_BAT_OPEN = magic_compression.open
 
 
 def _version(number: int) -> str:

@@ -17,12 +17,13 @@ from blender_asset_tracer import blendfile
 from farm.blender.assets import (
     Asset,
     Manifest,
-    private,
+    Sources,
     require_complete,
     safe_relative,
     trace_scene,
     upload,
 )
+from farm.blender.places import private
 from farm.core import keys
 from farm.core.errors import PermanentError, SpecError
 from workers.phases.scene_tree import AssetCache, inside
@@ -123,7 +124,7 @@ def test_absolute_and_outside_paths_go_under_abs_with_a_remap(tmp_path: Path) ->
     elsewhere.mkdir()
     shutil.copyfile(DEPS / "tex" / "checker.png", elsewhere / "abs.png")
     _set_image_path(tree / "shot.blend", b"plain", str(elsewhere / "abs.png").encode())
-    manifest = trace_scene(tree / "shot.blend").manifest
+    manifest = trace_scene(tree / "shot.blend", Sources(allowed=(elsewhere.resolve(),))).manifest
     moved = "_abs/" + str(elsewhere / "abs.png").lstrip("/")
     assert moved in [a.path for a in manifest.assets]
     assert manifest.remap == {str(elsewhere / "abs.png"): "//" + moved}
@@ -331,10 +332,11 @@ def _sha(path: Path) -> str:
 
 
 def test_submit_parses_the_scene_once_and_traces_it_as_alone(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """`farm submit` reads the scene's settings and traces its files from one parse of the
-    .blend (farm.cli.submit._render_spec), and leaves no file open."""
+    .blend (farm.cli.submit._render_spec), and leaves no file open. The parse runs in a child
+    process (farm.blender.isolated): it writes down each file it opens."""
     import inspect
 
     from blender_asset_tracer import blendfile as bat
@@ -344,18 +346,20 @@ def test_submit_parses_the_scene_once_and_traces_it_as_alone(
 
     scene = (SCENES / "textured.blend").resolve()  # a camera, a texture and a library
     alone = trace_scene(scene).manifest.to_json()
-    opened: list[Path] = []
+    opened = tmp_path / "opened.txt"
     real = bat.BlendFile.__init__
 
     def counting(self: bat.BlendFile, path: Path, *args: Any, **kwargs: Any) -> None:
-        opened.append(Path(path).resolve())
+        with opened.open("a") as log:
+            log.write(f"{Path(path).resolve()}\n")
         real(self, path, *args, **kwargs)
 
     monkeypatch.setattr(bat.BlendFile, "__init__", counting)
     given = ("source_name", "chunk_size", "codec", "scene")
     flags = {p: None for p in inspect.signature(build_render_spec).parameters if p not in given}
     spec, traced = _render_spec(scene, flags, chunk_size="auto", codec="h264", allow_missing=True)
-    assert opened.count(scene) == 1  # the linked libraries open once each, as before
+    # the linked libraries open once each, as before
+    assert opened.read_text().splitlines().count(str(scene)) == 1
     assert traced.manifest.to_json() == alone and spec.scene is not None
     assert not bat._cached_bfiles
 
