@@ -39,6 +39,15 @@ BODY_MAX_BYTES = 64 << 10
 """Every page is a GET; tornado reads a request's body whole before the app sees it."""
 GRACE_S = 5.0
 """On a stop, how long the requests under way get to finish."""
+SECURITY_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
+    ("X-Frame-Options", "DENY"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+)
+"""On every answer, where the app did not set its own (the job pages' CSP lets their images,
+video and styles in): nothing loads, no other site frames a page or reads one as another type,
+and no URL (a job's, a log's) leaves in a Referer."""
 
 
 class _Container(WSGIContainer):
@@ -85,13 +94,14 @@ def _refuse(request: httputil.HTTPServerRequest, why: str) -> None:
     """Answer 400 and close, for a request the WSGI environ cannot be made of."""
     assert request.connection is not None
     body = f"farm: bad request ({why})\n".encode()
-    headers = {
-        "Content-Type": "text/plain",
-        "Content-Length": str(len(body)),
-        "Connection": "close",
-    }
+    headers = [
+        ("Content-Type", "text/plain"),
+        ("Content-Length", str(len(body))),
+        ("Connection", "close"),
+    ]
     request.connection.write_headers(
-        httputil.ResponseStartLine("HTTP/1.1", 400, "Bad Request"), httputil.HTTPHeaders(headers)
+        httputil.ResponseStartLine("HTTP/1.1", 400, "Bad Request"),
+        httputil.HTTPHeaders(dict(_secured(headers))),
     )
     request.connection.write(body)
     request.connection.finish()
@@ -137,17 +147,24 @@ _TLS_ON_HTTP = (
 )
 
 
+def _secured(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`headers` and the SECURITY_HEADERS they lack."""
+    named = {name.lower() for name, _ in headers}
+    return [*headers, *(h for h in SECURITY_HEADERS if h[0].lower() not in named)]
+
+
 def _answering(app: WSGIApp) -> WSGIApp:
     """The app, answering 500 when it raises: tornado would leave the client waiting."""
 
     def answer(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        def secured(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            return start_response(status, _secured(headers), *exc_info)
+
         try:
-            return app(environ, start_response)
+            return app(environ, secured)
         except Exception:
             log.exception("%s failed", environ.get("PATH_INFO", "/"))
-            start_response(
-                "500 Internal Server Error", [("Content-Type", "text/plain")], sys.exc_info()
-            )
+            secured("500 Internal Server Error", [("Content-Type", "text/plain")], sys.exc_info())
             return [b"farm: the page failed; the web's log says why\n"]
 
     return answer

@@ -1,15 +1,18 @@
-"""Every port a local farm's processes listen on refuses an anonymous read and write of an object
-(SeaweedFS's master, volume, filer and admin ports included, HTTP and gRPC), while the S3 API
-with the farm's keys still works."""
+"""Every port a local farm's processes listen on (found from /proc, so a new one is never missed)
+answers none of the farm's known paths anonymously, over plain HTTP or TLS: SeaweedFS's master,
+volume, filer and admin ports (HTTP and gRPC), Flower's pages, API, metrics and health check, and
+the job pages; nor does one take an anonymous object write. With the farm's credentials, each
+port that has them answers: Flower and the job pages (basic auth), Redis (its password) and the
+S3 API (the farm's keys)."""
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import os
 import socket
 import ssl
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,20 @@ from tests.conftest import LocalFarm
 
 pytestmark = pytest.mark.e2e
 KEY = "jobs/secret-job/output.mp4"
+PATHS = [
+    "/", "/metrics", "/healthcheck", "/health", "/healthz", "/status", "/cluster/status",
+    "/dir/status",
+    "/vol/status", "/dir/assign", "/3,01637037d6", "/stats/counter",  # SeaweedFS
+    "/api/workers", "/api/tasks", "/api/queues/length", "/workers", "/tasks", "/broker",  # Flower
+    "/jobs/secret-job", "/jobs/secret-job/video.mp4", "/jobs/secret-job/thumbs/1.jpg",  # farm web
+    "/jobs/secret-job/logs/00000-render-attempt1.log",
+    f"/farm/{KEY}", f"/buckets/farm/{KEY}", "/buckets/farm/jobs/", "/farm?list-type=2",  # S3, filer
+]  # fmt: skip
+TIMEOUT_S = 5.0
+"""How long a probe waits for an answer: a port that says nothing answers nothing."""
+LIVENESS = ("/status", "/healthz")
+"""The S3 gateway's liveness checks: an empty 200 to anyone, which SeaweedFS cannot turn off;
+they say only that it is up (the only anonymous answers the test lets through)."""
 
 
 def listening_ports(pids: list[int]) -> dict[int, int]:
@@ -45,29 +62,61 @@ def listening_ports(pids: list[int]) -> dict[int, int]:
     return found
 
 
-def anonymous(method: str, url: str) -> int | str:
-    """The HTTP status of an anonymous request (no credentials, no client certificate)."""
+def _anonymous_tls() -> ssl.SSLContext:
+    """A client that takes any certificate and shows none of its own."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    data = b"evil" if method == "PUT" else None
-    request = urllib.request.Request(url, data=data, method=method)
+    return context
+
+
+def request(
+    scheme: str, port: int, method: str, path: str, auth: str = ""
+) -> tuple[int | str, bytes]:
+    """The HTTP status and body of one request, or the name of the error that stopped it."""
+    if scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            "127.0.0.1", port, timeout=TIMEOUT_S, context=_anonymous_tls()
+        )
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
+    headers = {"Authorization": auth} if auth else {}
     try:
-        with urllib.request.urlopen(request, timeout=5, context=context) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (OSError, ssl.SSLError) as exc:
-        return type(exc).__name__
+        conn.request(method, path, body=b"evil" if method == "PUT" else None, headers=headers)
+        answer = conn.getresponse()
+        return answer.status, answer.read(4096)
+    except (OSError, http.client.HTTPException) as exc:
+        return type(exc).__name__, b""
+    finally:
+        conn.close()
+
+
+def schemes(port: int) -> list[str]:
+    """What the port answers: plain HTTP (any status line, a TLS server's "HTTP request to an
+    HTTPS server" included) and/or a TLS handshake without a client certificate."""
+    spoken = []
+    if isinstance(request("http", port, "GET", "/")[0], int):
+        spoken.append("http")
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as raw:
+            _anonymous_tls().wrap_socket(raw, server_hostname="127.0.0.1").close()
+        spoken.append("https")
+    except (OSError, ssl.SSLError):
+        pass
+    return spoken
 
 
 def redis_answer(port: int) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
         sock.sendall(b"PING\r\nGET x\r\n")
         try:
             return sock.recv(200)
         except OSError:
             return b""
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 def test_every_listening_port_refuses_anonymous_reads_and_writes(local_farm: LocalFarm) -> None:
@@ -76,16 +125,35 @@ def test_every_listening_port_refuses_anonymous_reads_and_writes(local_farm: Loc
     state = json.loads((local_farm.data / "farm-up.json").read_text())
     ports = listening_ports(list(state["pids"].values()))
     assert len(ports) >= 12, ports  # redis, flower, web and weed's servers
-    paths = [f"/farm/{KEY}", f"/buckets/farm/{KEY}", "/buckets/farm/jobs/", "/farm?list-type=2",
-             "/dir/assign", "/3,01637037d6"]  # fmt: skip
+    s3_port = int(local_farm.settings()["s3_endpoint"].rsplit(":", 1)[1])
     opened = []
     for port in sorted(ports):
         assert not redis_answer(port).startswith(b"+PONG"), f"port {port} answers Redis anonymously"
-        for scheme in ("http", "https"):
-            for path in paths:
+        for scheme in schemes(port):
+            for path in PATHS:
                 for method in ("GET", "PUT"):
-                    status = anonymous(method, f"{scheme}://127.0.0.1:{port}{path}")
-                    if isinstance(status, int) and 200 <= status < 300:
-                        opened.append(f"{method} {scheme}://127.0.0.1:{port}{path} -> {status}")
+                    status, body = request(scheme, port, method, path)
+                    if not isinstance(status, int) or not 200 <= status < 300:
+                        continue
+                    if (port, method, path, body) in ((s3_port, "GET", p, b"") for p in LIVENESS):
+                        continue
+                    opened.append(f"{method} {scheme}://127.0.0.1:{port}{path} -> {status}")
     assert opened == []
     assert store.get_bytes(KEY) == b"the customer's film"
+
+
+def test_the_ports_with_credentials_answer_with_them(local_farm: LocalFarm) -> None:
+    """The other side of the refusals: the farm's own credentials still get in."""
+    settings = local_farm.settings()
+    auth = basic(settings["flower_user"], settings["flower_password"])
+    flower = int(settings["flower_url"].rsplit(":", 1)[1])
+    web = int(settings["web_url"].rsplit(":", 1)[1])
+    answers = {
+        f"flower {path}": request("http", flower, "GET", path, auth)[0]
+        for path in ("/", "/metrics", "/healthcheck", "/api/workers")
+    } | {f"web {path}": request("http", web, "GET", path, auth)[0] for path in ("/", "/metrics")}
+    assert answers == dict.fromkeys(answers, 200)
+    local_farm.ledger().ping()  # raises unless Redis takes the password
+    store = local_farm.store()
+    store.put_bytes("jobs/credentials-check/x", b"x")
+    assert store.get_bytes("jobs/credentials-check/x") == b"x"

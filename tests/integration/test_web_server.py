@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -85,7 +86,7 @@ def served(ledger: Ledger, scheme: str, tls_dir: Path) -> Iterator[Served]:
     claim = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30, worker=EVIL)
     ledger.move_chunk("j1", 0, ChunkState.QUEUED, token=claim.token, mode="fail", max_failures=3,
                       error=f"Blender said {EVIL}")  # fmt: skip
-    store = MemoryStore({keys.log_key("j1", 0, 1, "render"): b"hi"})
+    store = MemoryStore({keys.log_key("j1", 0, 1, "render", 1): b"hi"})
     app = FarmWeb(ledger=ledger, store=store, user="u", password="p")  # type: ignore[arg-type]
     with _serving(app, scheme, tls_dir) as served:
         yield served
@@ -126,6 +127,66 @@ def test_a_scenes_name_comes_out_as_text_in_every_page(served: Served) -> None:
 def test_a_page_needs_the_farms_credentials_through_the_server(served: Served) -> None:
     answer = served.get("/", auth=None)
     assert answer.status_code == 401 and answer.headers["WWW-Authenticate"] == 'Basic realm="farm"'
+
+
+def test_every_answer_carries_the_security_headers(served: Served) -> None:
+    """Found by a review: no page said it may not be framed, and none had a CSP."""
+    log_name = keys.log_key("j1", 0, 1, "render", 1).rsplit("/", 1)[-1]
+    answers = {path: served.get(path) for path in
+               ("/", "/jobs/j1", "/jobs/nope", f"/jobs/j1/logs/{log_name}", "/metrics")}  # fmt: skip
+    answers["anonymous"] = served.get("/", auth=None)
+    assert [a.status_code for a in answers.values()] == [200, 200, 404, 200, 200, 401]
+    for what, answer in answers.items():
+        headers = answer.headers
+        assert headers["X-Frame-Options"] == "DENY", what
+        assert headers["X-Content-Type-Options"] == "nosniff", what
+        assert headers["Referrer-Policy"] == "no-referrer", what
+        assert headers["Cache-Control"] == "no-store", what
+        policy = headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy, what
+    page_policy = answers["/jobs/j1"].headers["Content-Security-Policy"]
+    assert "media-src 'self' http://store.invalid;" in page_policy  # the video, from the store
+    assert "script-src 'unsafe-hashes' 'sha256-" in page_policy
+    assert (
+        "script-src" not in answers["/jobs/j1/logs/" + log_name].headers["Content-Security-Policy"]
+    )
+
+
+def test_an_answer_the_app_failed_carries_the_security_headers(scheme: str, tls_dir: Path) -> None:
+    def failing(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        raise RuntimeError("a bug")
+
+    with _serving(failing, scheme, tls_dir) as served:
+        answer = served.get("/", auth=None)
+    assert answer.status_code == 500
+    assert answer.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
+
+
+def test_the_job_pages_one_script_runs_under_its_policy_in_chromium(
+    ledger: Ledger, tls_dir: Path, tmp_path: Path
+) -> None:
+    """The policy lets in the thumbnails' handlers (here onerror: the stored thumbnail is no
+    JPEG), which write data-loaded; a policy that blocked them would leave it unwritten."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.fail("chromium is not installed; run `make setup`", pytrace=False)
+    spec = build_render_spec(source_name="s.blend", frames="1-2", chunk_size=2,
+                             resolution="320x180", fps=24, samples=4, codec="h264")  # fmt: skip
+    ledger.create_job(job_id="j1", spec=spec, chunks=plan_chunks(spec.frames, 2), source_key="k")
+    store = MemoryStore({keys.thumb_key("j1", 1, None): b"no jpeg"})
+    app = FarmWeb(ledger=ledger, store=store, user="u", password="p")  # type: ignore[arg-type]
+    with _serving(app, "http", tls_dir) as served:
+        url = served.url.replace("http://", "http://u:p@") + "/jobs/j1"
+        argv = [
+            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
+            "--dump-dom", url,
+        ]  # fmt: skip
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'data-loaded="error"' in result.stdout, result.stdout[-2000:]
 
 
 def _hello(request: Any, start_response: Any) -> list[bytes]:
@@ -196,6 +257,7 @@ def test_a_host_whose_port_is_no_number_is_answered_400(scheme: str, tls_dir: Pa
             answer.begin()
             assert answer.status == 400
             assert answer.read() == b"farm: bad request (the Host header's port is not a number)\n"
+            assert answer.getheader("X-Frame-Options") == "DENY"
         assert served.get("/", auth=None).text == "hello\n"
 
 
