@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -61,16 +62,35 @@ class LocalFarm:
         loaded: dict[str, Any] = json.loads(self.config.read_text())
         return loaded
 
-    def store(self) -> Any:
+    def admin(self) -> Any:
+        """The farm's settings with the admin's Redis user and store keys (from secrets.json):
+        tests read and change the ledger and the store as an operator would, not as the CLI's
+        role (farm.core.roles)."""
         from farm.adapters.settings import load_settings
+        from farm.control.local import farm_secrets, farm_settings
+        from farm.core.roles import Role
+
+        cli = load_settings(env={}, config_path=self.config)
+        ports = {"redis": urlsplit(cli.redis_url).port, "s3": urlsplit(cli.s3_endpoint).port}
+        ports |= {"flower": urlsplit(cli.flower_url).port, "web": urlsplit(cli.web_url).port}
+        tls_files = (Path(cli.ca_file), Path(cli.tls_cert_file), Path(cli.tls_key_file))
+        return farm_settings(cli, self.data, ports, farm_secrets(self.data),
+                             tls_files if cli.ca_file else None, role=Role.ADMIN)  # fmt: skip
+
+    def store(self) -> Any:
         from farm.adapters.store import Store
 
-        return Store.from_settings(load_settings(env={}, config_path=self.config))
+        return Store.from_settings(self.admin())
 
     def ledger(self) -> Any:
         from farm.ledger import Ledger
 
-        return Ledger.from_url(self.settings()["redis_url"], ride_out_s=30)
+        return Ledger.from_url(self.admin().redis_url, ride_out_s=30)
+
+    def role_env(self, role: str) -> dict[str, str]:
+        """This farm's environment with the config of the processes `farm up` starts in `role`
+        (`worker`, `control`)."""
+        return {**self.env, "FARM_CONFIG": str(self.data / "roles" / f"{role}.json")}
 
     def planned_chunks(self, job_id: str) -> int:
         """The job's chunks less those its splits added (farm.core.split: an idle worker may split a
@@ -108,6 +128,8 @@ def farm_env(config: Path, **extra: str) -> dict[str, str]:
         "FARM_RECONCILE_INTERVAL_S": "1",
         # Keep a runaway test scene from eating the machine (see tests/e2e/test_failures.py).
         "FARM_RENDER_MEMORY_LIMIT_MB": "4096",
+        # The tests' webhook receivers listen on loopback, which webhooks refuse unless allowed.
+        "FARM_WEBHOOK_ALLOW": "127.0.0.1/32",
         **extra,
     }
 

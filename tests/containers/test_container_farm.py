@@ -142,7 +142,7 @@ def test_no_secret_is_in_any_process_argv(container_farm: ContainerFarm) -> None
     """Every user of the host can read every process's command line (`ps`): the farm's
     passwords and keys are in none, the containers' included."""
     keys = json.loads((container_farm.data / "secrets.json").read_text())
-    secrets = [keys[k] for k in ("redis_password", "s3_secret_key", "flower_password")]
+    secrets = [value for name, value in keys.items() if name != "flower_user"]
     leaks = []
     for entry in Path("/proc").iterdir():
         try:
@@ -151,6 +151,41 @@ def test_no_secret_is_in_any_process_argv(container_farm: ContainerFarm) -> None
             continue
         leaks += [argv.replace("\0", " ")[:120] for secret in secrets if secret in argv]
     assert leaks == []
+
+
+def test_a_worker_container_holds_only_the_workers_secrets(
+    container_farm: ContainerFarm,
+) -> None:
+    """A worker container's environment names the worker's Redis user and store keys and no
+    other secret of the farm (no Flower password, webhook secret, admin or other role's key);
+    and its Redis user cannot flush, reconfigure or list Redis (farm.core.roles)."""
+    keys = json.loads((container_farm.data / "secrets.json").read_text())
+    worker = container_farm.containers("worker")[0]
+    config = container_farm.inspect(worker)["Config"]
+    assert isinstance(config, dict)
+    env = dict(item.split("=", 1) for item in config["Env"])
+    mine = {keys["redis_password_worker"], keys["s3_access_key_worker"],
+            keys["s3_secret_key_worker"]}  # fmt: skip
+    others = {v for n, v in keys.items() if n != "flower_user" and v not in mine}
+    assert [n for n, v in env.items() if any(secret in v for secret in others)] == []
+    assert env["FARM_REDIS_URL"].startswith("redis://worker:")
+    assert env["FARM_S3_ACCESS_KEY"] == keys["s3_access_key_worker"]
+    # WHEN the worker's own Redis user tries what only an admin may
+    tries = podman(
+        "exec", worker, "python3", "-c",
+        "import os, redis\n"
+        "r = redis.Redis.from_url(os.environ['FARM_REDIS_URL'])\n"
+        "for argv in (['FLUSHALL'], ['CONFIG', 'GET', 'save'], ['KEYS', '*'], ['ACL', 'LIST'],\n"
+        "             ['DEL', 'farm:jobs']):\n"
+        "    try:\n"
+        "        r.execute_command(*argv); print(argv[0], 'ran')\n"
+        "    except redis.exceptions.NoPermissionError:\n"
+        "        print(argv[0], 'refused')\n",
+        check=True,
+    )  # fmt: skip
+    # THEN Redis refuses each
+    assert tries.stdout.split() == [w for c in ("FLUSHALL", "CONFIG", "KEYS", "ACL", "DEL")
+                                    for w in (c, "refused")], tries.stdout  # fmt: skip
 
 
 PROBE = r"""

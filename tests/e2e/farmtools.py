@@ -24,7 +24,7 @@ def spawn_worker(
     log = (farm.data / "logs" / f"{name.split('@')[0]}.log").open("ab")
     worker = subprocess.Popen(
         [sys.executable, "-m", "workers", "--queues", queues, "--name", name, "--threads", "1"],
-        env={**farm.env, **env},
+        env={**farm.role_env("worker"), **env},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -49,8 +49,9 @@ def test_a_permanent_refusal_is_named_with_its_s3_code(
 
 
 def test_reading_from_a_missing_bucket_is_refused_by_name(local_farm: LocalFarm) -> None:
-    """(SeaweedFS makes a missing bucket on an admin's first write, so only reads can miss it.)"""
-    store = Store.from_settings(farm_settings(local_farm).replace(s3_bucket="no-such-bucket"))
+    """(SeaweedFS makes a missing bucket on an admin's first write, so only reads can miss it;
+    the roles' identities name the farm's bucket only, so the admin's keys ask.)"""
+    store = Store.from_settings(local_farm.admin().replace(s3_bucket="no-such-bucket"))
     with pytest.raises(StoreRefused, match="NoSuchBucket"):
         store.get_bytes("probe/x.bin")
     with pytest.raises(StoreRefused, match="NoSuchBucket"):
@@ -58,7 +59,7 @@ def test_reading_from_a_missing_bucket_is_refused_by_name(local_farm: LocalFarm)
 
 
 def test_the_right_keys_still_work(local_farm: LocalFarm) -> None:
-    store = Store.from_settings(farm_settings(local_farm))
+    store = local_farm.store()  # the admin's: no role may write outside the farm's prefixes
     store.put_bytes("probe/ok.txt", b"ok")
     assert store.get_bytes("probe/ok.txt") == b"ok"
 

@@ -19,9 +19,8 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs; moto depen
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from farm.adapters import weedsec
 from farm.adapters.settings import Settings, load_settings
-from farm.control import containers, images
+from farm.control import containers, images, local
 
 from .commands import check_farm_argv
 from .tfdoc import COMPOSE_FILE, DOCKERFILE, REPO, TERRAFORM_DIR
@@ -223,11 +222,21 @@ def test_the_worker_container_caps_its_processes_where_the_box_cannot(
 
 
 def test_compose_uses_the_farm_settings_names(compose: dict[str, Any]) -> None:
-    env = compose["x-farm-env"]
-    expected = {"FARM_REDIS_URL", "FARM_S3_ENDPOINT", "FARM_S3_REGION", "FARM_S3_BUCKET"}
-    assert expected | {"FARM_S3_ACCESS_KEY", "FARM_S3_SECRET_KEY"} <= set(env)
+    """The shared block holds the addresses; each role's block adds its own Redis user and store
+    keys (farm.core.roles), and only Flower holds Flower's login."""
+    assert {"FARM_S3_ENDPOINT", "FARM_S3_REGION", "FARM_S3_BUCKET"} <= set(compose["x-farm-env"])
+    secrets = {"FARM_REDIS_URL", "FARM_S3_ACCESS_KEY", "FARM_S3_SECRET_KEY"}
+    assert not secrets & set(compose["x-farm-env"])
+    for role in ("control", "worker"):
+        env = compose[f"x-{role}-env"]
+        assert secrets <= set(env)
+        assert env["FARM_REDIS_URL"].startswith(f"redis://{role}:")
+        assert f"_{role.upper()}" in env["FARM_S3_ACCESS_KEY"]
     flower = compose["services"]["flower"]["environment"]
     assert {"FARM_FLOWER_USER", "FARM_FLOWER_PASSWORD"} <= set(flower)
+    assert not {"FARM_FLOWER_PASSWORD", "FARM_WEBHOOK_SECRET"} & set(
+        compose["services"]["worker"]["environment"]
+    )
 
 
 def _tuning() -> list[str]:
@@ -273,11 +282,7 @@ def test_farm_up_containers_carries_each_tuning_variable(tmp_path: Path) -> None
     assert {f"FARM_{name.upper()}" for name in carried} == set(tuning) - {"FARM_IMDS_URL"}, (
         f"CARRIED {carried} against x-farm-env's tuning {tuning}"
     )
-    keys = {
-        "redis_password": "r", "s3_access_key": "a", "s3_secret_key": "s",
-        weedsec.JWT_SECRETS[0]: "j", "flower_user": "u", "flower_password": "p",
-        "webhook_secret": "w",
-    }  # fmt: skip
+    keys = local.farm_secrets(tmp_path)
     host = Settings(lease_s=45, max_lost_leases=9, imds_url="http://10.0.0.1")
     farm = containers.ContainerFarm(data=tmp_path, ports=dict(containers.PORTS))
     written = dict(
