@@ -83,12 +83,19 @@ class Settings(BaseSettings):
     """The user Flower and the job pages ask for (basic auth)."""
     flower_password: str = ""
     """That user's password."""
+    store_identities: str = ""
+    """Each role's store keys, `ROLE=ACCESS_KEY:SECRET_KEY` comma-separated (admin, control,
+    worker, cli: farm.core.roles): what `farm store-security` writes into SeaweedFS's S3
+    identities in docker-compose.yml, each role with only its actions."""
     web_url: str = ""
     """The job pages and Prometheus /metrics (`farm web`), behind the Flower credentials."""
     notify_url: str = ""
     """Farm-wide webhook: every job's events are POSTed here (as well as to `submit --notify`)."""
     webhook_secret: str = ""
     """Shared secret for the webhooks' X-Farm-Signature (HMAC-SHA256 of the body)."""
+    webhook_allow: str = ""
+    """Address ranges (CIDR, comma-separated) webhooks may reach though not public: loopback,
+    private, link-local and metadata addresses are refused otherwise (farm.control.webhooks)."""
     lease_s: float = Field(30.0, gt=0)
     """A chunk whose lease is not renewed for this long is taken back by the reconciler."""
     reconcile_interval_s: float = Field(5.0, gt=0)
@@ -117,6 +124,15 @@ class Settings(BaseSettings):
     the stitch, for a retry to finish; then the reconciler aborts it (its parts are billed)."""
     render_memory_limit_mb: int = Field(0, ge=0)
     """Address-space cap for CPU Blender renders (0: none), so a runaway scene fails alone."""
+    file_output_frame_max_bytes: int = Field(2 * 1024**3, ge=1)
+    """What a scene's File Output nodes may write for one frame (all its files together): over
+    it, the chunk fails for good, naming this setting."""
+    file_output_job_max_bytes: int = Field(200 * 1024**3, ge=1)
+    """What a job's File Output nodes may write over all its frames, as recorded: over it, the
+    chunk that would pass it fails for good, naming this setting."""
+    log_max_bytes: int = Field(16 * 1024**2, ge=4096)
+    """The most of a chunk's Blender or ffmpeg log kept in the store: its head and its tail, the
+    middle cut out with a marker that says how much."""
     imds_url: str = "http://169.254.169.254"
     """The instance metadata service the spot watcher polls (IMDSv2); empty, or `off` where an
     empty variable cannot be set (compose), for a host with none: no spot watcher runs."""
@@ -132,6 +148,23 @@ class Settings(BaseSettings):
     """Cap on each host's cache of scene files (textures, libraries) kept by hash, and apart from
     it on its cache of the scenes themselves; least recently used files go first (workers.phases.scene_tree,
     workers.janitor)."""
+    asset_allow_paths: str = ""
+    """Folders, `:`-separated as in PATH, that a scene's files may be uploaded from besides its
+    own folder tree (as `submit --allow-path DIR`): a studio's shared texture library."""
+    blend_max_file_mb: int = Field(8 * 1024, ge=1)
+    """Cap on the size of each .blend file read at submit (the scene and its libraries)."""
+    blend_max_decompressed_mb: int = Field(16 * 1024, ge=1)
+    """Cap on what one compressed .blend file decompresses to at submit."""
+    blend_max_ratio: float = Field(100.0, ge=1)
+    """Cap on a compressed .blend file's compression ratio at submit (real scenes: 3-10)."""
+    blend_max_libraries: int = Field(2_000, ge=0)
+    """Cap on the linked libraries a scene reads at submit, in one file and in all."""
+    blend_max_blocks: int = Field(4_000_000, ge=1)
+    """Cap on the blocks in each .blend file read at submit."""
+    blend_parse_memory_mb: int = Field(4 * 1024, ge=64)
+    """Memory the reading of a scene at submit may take (an address-space cap on its process)."""
+    blend_parse_timeout_s: float = Field(120.0, gt=0)
+    """Time the reading of a scene at submit may take."""
     blender: str = "bpy"
     """`bpy`: Blender 4.5 LTS as the PyPI wheel, run as a child Python (the local farm and the
     worker image); else the path of a Blender binary of the same release."""
@@ -140,8 +173,9 @@ class Settings(BaseSettings):
     ffprobe: str = "ffprobe"
     """The ffprobe binary that checks masters, segments and the delivered video."""
     sandbox: Literal["bwrap", "off"] = "bwrap"
-    """How Blender is boxed: `bwrap` (bubblewrap, required on the host) or `off` (no box: only
-    for hosts without bwrap that render scenes you trust)."""
+    """How a scene's Blender and every ffmpeg/ffprobe that reads a master, frames or segments are
+    boxed: `bwrap` (bubblewrap, required on every worker) or `off` (no box: only for hosts
+    without bwrap that take scenes and masters you trust; ffmpeg keeps its whitelists)."""
     ca_file: str = ""
     """CA bundle every https connection is verified against: boto3 to an https S3 endpoint,
     ffmpeg/ffprobe reading presigned URLs, the CLI to Flower and `farm web` (`farm up --tls`

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -98,12 +99,22 @@ NOT_FOUND = ("404", "NoSuchKey", "NotFound")
 """S3's codes for an object that is not there (HEAD answers a bare 404)."""
 
 
+def _precondition_failed(exc: ClientError) -> bool:
+    """S3 answered 412: an If-Match, If-None-Match or copy-source condition did not hold."""
+    code = exc.response.get("Error", {}).get("Code")
+    return code == "PreconditionFailed" or _status(exc) == 412
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
 def _refused(exc: ClientError, what: str) -> StoreError | StoreRefused | ObjectChanged:
     """The farm's error for what S3 answered (ObjectMissing is a StoreError)."""
     error = exc.response.get("Error", {})
     code = str(error.get("Code", "?"))
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-    if code == "PreconditionFailed" or status == 412:
+    status = _status(exc)
+    if _precondition_failed(exc):
         return ObjectChanged(f"cannot {what}: it is no longer the object that was recorded")
     if code in NOT_FOUND:
         return ObjectMissing(f"cannot {what}: no such object")
@@ -220,6 +231,48 @@ class Store:
             self.s3.upload_file(inode, self.bucket, key, Config=_TRANSFER, ExtraArgs=extra)
             etag = self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
         return etag
+
+    def put_file_once(self, key: str, path: Path) -> bool:
+        """`put_file`, only where `key` holds no object yet (If-None-Match: *, which AWS S3 and
+        SeaweedFS honour, on the PUT or on the parts' completion): True once written, False when
+        an object was there already; that one stays."""
+        with path.open("rb") as body, _wrapped(f"upload {key} once"):
+            size = os.fstat(body.fileno()).st_size
+            try:
+                if size < ONE_PUT_BYTES:
+                    self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
+                else:
+                    self._put_parts_once(key, body.fileno(), size)
+            except ClientError as exc:
+                if _precondition_failed(exc):
+                    return False
+                raise
+        return True
+
+    def _put_parts_once(self, key: str, fd: int, size: int) -> None:
+        """The parts of the open file `fd`, sent in parallel, completed only where `key` holds
+        no object (s3transfer, which upload_file uses, passes no If-None-Match); an upload that
+        does not complete is aborted."""
+        step = _TRANSFER.multipart_chunksize
+        upload_id = self.s3.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+
+        def part(number: int) -> dict[str, Any]:
+            body = os.pread(fd, step, (number - 1) * step)
+            answer = self.s3.upload_part(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+            )
+            return {"PartNumber": number, "ETag": answer["ETag"]}
+
+        try:
+            with ThreadPoolExecutor(_TRANSFER.max_request_concurrency) as pool:
+                parts = list(pool.map(part, range(1, -(-size // step) + 1)))
+            self.s3.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": parts}, IfNoneMatch="*",
+            )  # fmt: skip
+        except BaseException:
+            self.s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            raise
 
     def copy(self, source: str, key: str, *, etag: str = "", intermediate: bool = False) -> str:
         """Object `source` stored again as `key` by the store itself, its bytes never passing
@@ -368,16 +421,25 @@ class Store:
         return part_etag
 
     def complete_multipart(
-        self, key: str, upload_id: str, etags: list[str], numbers: Sequence[int] = ()
+        self,
+        key: str,
+        upload_id: str,
+        etags: list[str],
+        numbers: Sequence[int] = (),
+        *,
+        only_new: bool = False,
     ) -> None:
         """Join the parts into the object: `etags` in order, numbered `numbers` (rising, gaps
-        allowed), else from 1."""
+        allowed), else from 1. `only_new`: only where `key` holds no object yet (else
+        ObjectChanged, the upload left to abort)."""
         numbers = list(numbers) or list(range(1, len(etags) + 1))
         parts = [{"PartNumber": n, "ETag": etag} for n, etag in zip(numbers, etags, strict=True)]
+        once = {"IfNoneMatch": "*"} if only_new else {}
         with _wrapped(f"finish the upload of {key}"):
             self.s3.complete_multipart_upload(
-                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-            )
+                Bucket=self.bucket, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": parts}, **once,
+            )  # fmt: skip
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         """Drop an upload and the parts it holds; one already gone is no error."""

@@ -162,9 +162,11 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
     """Download a finished job's video (and frames) to DEST: a file, or a folder (one that
     exists, or one named with a trailing /) to put JOB.mp4 in."""
     from farm.adapters.store import Store
+    from farm.control.jobs import frame_files
 
     settings = command_settings(ctx).require_farm()
-    job = Ledger.from_url(settings.redis_url).job_or_fail(job_id)
+    ledger = Ledger.from_url(settings.redis_url)
+    job = ledger.job_or_fail(job_id)
     partial = job.get("state") in ("failed", "cancelled", "paused") and with_frames
     if job.get("state") != "done" and not partial:
         raise FarmError(
@@ -182,22 +184,13 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
             click.echo(str(target))
         if with_frames:
             frames_dir = (dest if folder else dest.parent) / f"{job_id}-frames"
-            # The frames in the scene's own format (EXR, PNG); jobs before 0.2 kept only PNGs.
-            found = store.keys(keys.job_prefix(job_id) + "masters/")
-            found = found or store.keys(keys.job_prefix(job_id) + "frames/")
+            # The frames in the scene's own format (EXR, PNG) and what the scene's File Output
+            # nodes wrote (passes for compositing), as each frame's record names them.
+            found = frame_files(store, job_id, ledger.frame_records(job_id))
             if not found:  # a transcode, or a job that failed before its first frame
                 raise FarmError(f"job {job_id} has no frames in the store")
-            for key in found:
-                store.get_file(key, frames_dir / Path(key).name)
-            # What the scene's File Output nodes wrote (passes for compositing), laid out as
-            # the nodes name it, beside the frames.
-            outputs = keys.file_outputs_prefix(job_id)
-            for key in store.keys(outputs):
-                parts = key.removeprefix(outputs).split("/")
-                if any(p in ("", ".", "..") for p in parts):  # never outside the folder
-                    log.warning("skipped %s: not a plain path", printable(key))
-                    continue
-                store.get_file(key, frames_dir.joinpath("file_output", *parts))
+            for key, path in found:
+                store.get_file(key, frames_dir.joinpath(*path.parts))
             click.echo(str(frames_dir))
     except OSError as exc:
         blocked = Path(exc.filename) if exc.filename else None

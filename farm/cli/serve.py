@@ -239,12 +239,13 @@ def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
     if once:
         click.echo(str(rec.run_once()))
         return
-    from farm.control.webhooks import Notifier
+    from farm.control.webhooks import Notifier, allowed_ranges
 
     notifier = Notifier(
         ledger=Ledger.from_url(settings.redis_url, ride_out_s=30),
         notify_url=settings.notify_url,
         secret=settings.webhook_secret,
+        allow=allowed_ranges(settings.webhook_allow),
     )
     notifier.start()  # webhooks drain beside the loop, never inside it
     rec.run_forever(interval_s or settings.reconcile_interval_s)
@@ -255,20 +256,26 @@ def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
 @click.option("--port", type=int, default=5555, show_default=True)
 @click.pass_context
 def flower(ctx: click.Context, address: str, port: int) -> None:
-    """Run Flower for this farm, behind basic auth (FARM_FLOWER_USER / FARM_FLOWER_PASSWORD)."""
+    """Run Flower for this farm, every page, metrics and health check included, behind basic auth
+    (FARM_FLOWER_USER / FARM_FLOWER_PASSWORD)."""
+    import runpy
+
+    from farm.web.flower import lock_routes
+
     settings = command_settings(ctx).require_farm()
     if not settings.flower_user or not settings.flower_password:
         raise FarmError("Flower needs credentials: set FARM_FLOWER_USER and FARM_FLOWER_PASSWORD")
-    env = {
-        **os.environ,
-        "CELERY_BROKER_URL": settings.redis_url,
-        "CELERY_RESULT_BACKEND": settings.redis_url,
-        "FLOWER_BASIC_AUTH": f"{settings.flower_user}:{settings.flower_password}",
-    }
-    argv = [sys.executable, "-m", "celery", "flower", f"--address={address}", f"--port={port}"]
+    os.environ.update(
+        CELERY_BROKER_URL=settings.redis_url,
+        CELERY_RESULT_BACKEND=settings.redis_url,
+        FLOWER_BASIC_AUTH=f"{settings.flower_user}:{settings.flower_password}",
+    )
+    argv = ["celery", "flower", f"--address={address}", f"--port={port}"]
     if settings.tls_cert_file:
         argv += [f"--certfile={settings.tls_cert_file}", f"--keyfile={settings.tls_key_file}"]
-    os.execve(sys.executable, argv, env)
+    lock_routes()  # in this process, so that Flower makes its app with the locked routes
+    sys.argv = argv
+    runpy.run_module("celery", run_name="__main__", alter_sys=True)  # `python -m celery flower`
 
 
 @click.command("store-security", hidden=True)
@@ -277,16 +284,25 @@ def flower(ctx: click.Context, address: str, port: int) -> None:
 def store_security(ctx: click.Context, home: Path) -> None:
     """Write SeaweedFS's security.toml and the store's CA under HOME (docker-compose.yml's
     `s3-security` step): every SeaweedFS port but S3 then wants its client certificate, and the
-    filer and volume their JWTs, signed with $FARM_WEED_JWT_KEY."""
+    filer and volume their JWTs, signed with $FARM_WEED_JWT_KEY. With $FARM_STORE_IDENTITIES,
+    also HOME/identities.json: an S3 identity per role, each with only its actions."""
     from farm.adapters import weedsec
+    from farm.core.roles import parse_store_keys
 
-    key = command_settings(ctx).weed_jwt_key
+    settings = command_settings(ctx)
+    key = settings.weed_jwt_key
     if len(key) < 32:
         raise ConfigError(
             "set FARM_WEED_JWT_KEY to 32 or more random characters (openssl rand -hex 32)"
         )
+    try:
+        identities = parse_store_keys(settings.store_identities)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (FARM_STORE_IDENTITIES)") from None
     path = weedsec.write_home(home, home / "tls", dict.fromkeys(weedsec.JWT_SECRETS, key))
     click.echo(f"wrote {path}")
+    if identities:  # SeaweedFS's S3 identities, one per role (docker-compose.yml's -s3.config)
+        click.echo(f"wrote {weedsec.write_identities(home, identities, settings.s3_bucket)}")
 
 
 @click.command()

@@ -21,7 +21,7 @@ from farm.ledger import Ledger
 from farm.ledger.ports import SubmitLedger
 
 if TYPE_CHECKING:
-    from farm.blender.assets import Traced
+    from farm.blender.assets import Sources, Traced
     from farm.core.sources import SceneInfo
 
 
@@ -53,6 +53,13 @@ if TYPE_CHECKING:
     help="Submit even if files the scene uses are missing here (recorded on the job).",
 )
 @click.option(
+    "--allow-path",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Upload files the scene uses from this folder too (repeatable); by default only files "
+    "in the scene's own folder tree go (FARM_ASSET_ALLOW_PATHS: more, `:`-separated).",
+)
+@click.option(
     "--trusted-scripts",
     is_flag=True,
     help="Run the Python stored in the .blend (drivers, startup scripts). Off by default: only "
@@ -75,7 +82,7 @@ if TYPE_CHECKING:
 @click.option("--preset", default="medium", show_default=True, help="Encode: x264-style preset.")
 @click.option("--segment-frames", type=int, default=None, help="Encode: frames per segment.")
 @click.option(
-    "--notify", default=None, callback=lambda _c, _p, v: _webhook_url(v),
+    "--notify", default=None, callback=lambda c, _p, v: _webhook_url(c, v),
     help="POST the job's events (done, failed, paused, ...) to this URL, signed (X-Farm-Signature).",
 )  # fmt: skip
 @click.option("--wait", is_flag=True, help="Show progress until the job ends.")
@@ -107,6 +114,7 @@ def submit(
     engine: str | None,
     camera: str | None,
     allow_missing: bool,
+    allow_path: tuple[Path, ...],
     trusted_scripts: bool,
     codec: str,
     kind: str | None,
@@ -149,9 +157,12 @@ def submit(
     else:
         scene_flags = {"frames": frames, "resolution": resolution, "fps": fps,
                        "samples": samples, "engine": engine, "camera": camera}  # fmt: skip
+        from farm.blender.assets import Sources
+
+        sources = Sources.of(loaded, tuple(map(str, allow_path)), ctx.meta.get("config_path"))
         spec, traced = _render_spec(
             path, scene_flags, chunk_size=chunk_size, codec=codec, allow_missing=allow_missing,
-            config=ctx.meta.get("config_path"),
+            sources=sources,
         )  # fmt: skip
         spec = replace(spec, trusted_scripts=trusted_scripts)
     settings = loaded.require_farm()
@@ -198,9 +209,21 @@ def submit(
     ctx.exit(0 if summary["state"] == "done" else 1)
 
 
-def _webhook_url(value: str | None) -> str | None:
+def _webhook_url(ctx: click.Context, value: str | None) -> str | None:
+    """An http(s) URL whose host is a public address, or in FARM_WEBHOOK_ALLOW: the notifier
+    checks again at each delivery (a name that does not resolve here is left to it)."""
     if value and not value.startswith(("http://", "https://")):
         raise click.BadParameter(f"{value!r} is not an http:// or https:// URL")
+    if value:
+        from farm.control.webhooks import TargetRefused, allowed_ranges, resolve
+        from farm.core.errors import UnreachableError
+
+        try:
+            resolve(value, allowed_ranges(command_settings(ctx).webhook_allow))
+        except TargetRefused as exc:
+            raise SpecError(f"--notify {value}: {exc}") from exc
+        except UnreachableError:
+            pass
     return value
 
 
@@ -211,27 +234,22 @@ def _render_spec(
     chunk_size: str,
     codec: str,
     allow_missing: bool,
-    config: Path | None = None,
+    sources: Sources | None = None,
 ) -> tuple[JobSpec, Traced]:
-    """The scene's own settings, `scene_flags` (those given) over them, and every file it uses; SpecError (exit 2)
-    for a damaged file or missing files, before anything is queued."""
-    from blender_asset_tracer.blendfile import close_all_cached
-
-    from farm.blender.assets import require_complete, trace_scene
-    from farm.blender.blendfile import read_scene
+    """The scene's own settings, `scene_flags` (those given) over them, and every file it uses
+    (from one parse, bounded: farm.blender.isolated); SpecError (exit 2) for a damaged or
+    oversized file, missing files or files from places `sources` refuses, before anything is
+    queued."""
+    from farm.blender.assets import Sources, read_and_trace, require_complete
     from farm.core.spec import scene_resolution
 
     check_scene_path(path)
-    try:
-        scene = read_scene(path, cached=True)  # parsed once: the trace reads the same file
-        spec = build_render_spec(
-            source_name=path.name, chunk_size=chunk_size, codec=codec, scene=scene, **scene_flags
-        )
-        if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
-            click.echo(printable(f"note: {note}"), err=True)
-        traced = trace_scene(path, config)
-    finally:
-        close_all_cached()
+    scene, traced = read_and_trace(path, sources or Sources())
+    spec = build_render_spec(
+        source_name=path.name, chunk_size=chunk_size, codec=codec, scene=scene, **scene_flags
+    )
+    if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
+        click.echo(printable(f"note: {note}"), err=True)
     require_complete(traced.manifest, allow_missing=allow_missing)
     for missing in traced.manifest.missing:
         click.echo(printable(f"warning: missing, rendering without it: {missing}"), err=True)
@@ -243,8 +261,8 @@ def _render_spec(
 
 
 ONLY_FOR = {
-    "render": ("fps", "samples", "engine", "camera", "allow_missing", "trusted_scripts",
-               "chunk_size"),
+    "render": ("fps", "samples", "engine", "camera", "allow_missing", "allow_path",
+               "trusted_scripts", "chunk_size"),
     "transcode": ("quality", "encoder", "preset", "segment_frames"),
 }  # fmt: skip
 """`farm submit`'s flags that one kind of job reads and the other does not."""
@@ -271,20 +289,13 @@ def _refuse_flags_of_the_other_kind(ctx: click.Context, kind: object, path: Path
 
 def trace_fixed_scene(path: Path, config: Path | None) -> tuple[SceneInfo, Traced]:
     """`farm retry --scene`: the fixed scene read (its settings and Blender version) and traced
-    (every file it uses, uploaded beside it as at submit); SpecError for a damaged file or
-    private files."""
-    from blender_asset_tracer.blendfile import close_all_cached
-
-    from farm.blender.assets import trace_scene
-    from farm.blender.blendfile import read_scene
+    (every file it uses, uploaded beside it as at submit, from the folders the settings allow);
+    SpecError for a damaged file or private files."""
+    from farm.adapters.settings import load_settings
+    from farm.blender.assets import Sources, read_and_trace
 
     check_scene_path(path)
-    try:
-        info = read_scene(path, cached=True)
-        traced = trace_scene(path, config)
-    finally:
-        close_all_cached()
-    return info, traced
+    return read_and_trace(path, Sources.of(load_settings(config_path=config), config=config))
 
 
 def settings_text(settings: dict[str, dict[str, Any]]) -> str:

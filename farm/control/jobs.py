@@ -6,9 +6,10 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from farm.adapters.settings import Settings
@@ -21,7 +22,7 @@ from farm.core.pipeline import first_phase, kind_of, waiting_for
 from farm.core.spec import JobKind, JobSpec
 from farm.core.state import ENDED, ChunkState
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
-from farm.ledger import Ledger, speeds
+from farm.ledger import FrameRecord, Ledger, speeds
 from farm.ledger.ports import JobControlLedger, SubmitLedger
 
 if TYPE_CHECKING:
@@ -194,6 +195,47 @@ def unjoinable_chunks(store: Store, ledger: JobControlLedger, job_id: str) -> di
     with ThreadPoolExecutor(max_workers=16, thread_name_prefix="segment-check") as pool:
         found = dict(zip(done, pool.map(why, done), strict=True))
     return {index: text for index, text in found.items() if text}
+
+
+def frame_files(
+    store: Store, job_id: str, records: Mapping[int, FrameRecord]
+) -> list[tuple[str, PurePosixPath]]:
+    """What `farm fetch --frames` downloads, each with where it goes in the frames folder:
+    every recorded frame's masters, and its File Output files under file_output/, those of the
+    writer its record names (keys.frame_folder), never a stale attempt's beside them; the frames
+    the video is made of where the job kept no masters (jobs before 0.2). `records`: the job's
+    frame records."""
+    masters = _recorded(store, keys.masters_prefix(job_id), records)
+    if not masters:
+        masters = [
+            (key, PurePosixPath(PurePosixPath(key).name))
+            for key in (keys.frame_key(job_id, f, r.writer) for f, r in sorted(records.items()))
+        ]
+    outputs = _recorded(store, keys.file_outputs_prefix(job_id), records)
+    return masters + [(key, PurePosixPath("file_output", path)) for key, path in outputs]
+
+
+def _recorded(
+    store: Store, prefix: str, records: Mapping[int, FrameRecord]
+) -> list[tuple[str, PurePosixPath]]:
+    """The keys under `prefix` in a recorded writer's frame folder (or in none: stored before
+    folders), each with its name below that folder."""
+    found = []
+    for key in store.keys(prefix):
+        placed = keys.in_frame_folder(key, prefix)
+        if placed is None:
+            name = key.removeprefix(prefix)
+        else:
+            frame, writer, name = placed
+            record = records.get(frame)
+            if record is None or record.writer != writer:  # a stale attempt's, or unrecorded
+                continue
+        parts = name.split("/")
+        if any(part in ("", ".", "..") for part in parts):  # never outside the folder
+            log.warning("skipped %s: not a plain path", key.encode("unicode_escape").decode())
+            continue
+        found.append((key, PurePosixPath(*parts)))
+    return found
 
 
 def check_retry(settings: Settings, job_id: str, *, every_unfinished: bool, scene: bool) -> None:

@@ -72,6 +72,12 @@ class StoreRefused(PermanentError):
     PermanentError rather than a StoreError, because every StoreError is retried as transient."""
 
 
+class Refused(PermanentError):
+    """The farm refuses this work by a rule of its own (a cap on what a frame writes, a master
+    in a container that is not a master's): every try would be refused the same way, so the
+    chunk fails at once, naming the rule."""
+
+
 class ObjectChanged(PermanentError):
     """A stored object is no longer the one a manifest named (its ETag changed): a read or copy
     made on that condition was refused."""

@@ -5,6 +5,8 @@ S3 is the durable record: a job can be rebuilt from what lies under `jobs/{job_i
 
 from __future__ import annotations
 
+import re
+
 REDIS_PREFIX = "farm"
 
 
@@ -33,29 +35,65 @@ def spec_key(job_id: str) -> str:
     return f"jobs/{job_id}/spec.json"
 
 
-def frame_key(job_id: str, frame: int, ext: str = "png") -> str:
-    """Frames are keyed by frame number, not by chunk: a re-run writes the same keys."""
-    return f"jobs/{job_id}/frames/{frame:06d}.{ext}"
+def writer(chunk: int, claim: int) -> str:
+    """`0-3`: claim 3 of chunk 0, which names what that attempt wrote of its frames. Claims count
+    within a chunk, and a split gives a running chunk's last frames to a new chunk, whose first
+    claim is 1 again: the chunk keeps the two apart."""
+    return f"{chunk}-{claim}"
 
 
-def thumb_key(job_id: str, frame: int) -> str:
-    """A small JPEG of the frame, made by the worker that uploaded it, for the job page."""
-    return f"jobs/{job_id}/thumbs/{frame:06d}.jpg"
+def frame_key(job_id: str, frame: int, writer: str | None, ext: str = "png") -> str:
+    """One name per claim that rendered the frame (`writer`), recorded with the frame (r_frames):
+    an attempt that lost its claim and uploads late writes beside the winner's frame, never over
+    it. Readers follow the record, never a fixed name. `writer` None: a frame recorded before
+    records named their writer, under the one name every attempt wrote."""
+    tag = "" if writer is None else f".c{writer}"
+    return f"jobs/{job_id}/frames/{frame:06d}{tag}.{ext}"
 
 
-def master_key(job_id: str, name: str) -> str:
-    """A rendered frame in the scene's own output format (`frame_000012.exr`), kept as rendered."""
-    return f"jobs/{job_id}/masters/{name}"
+def thumb_key(job_id: str, frame: int, writer: str | None) -> str:
+    """A small JPEG of the frame, made by the worker that uploaded it, for the job page; named by
+    its writer like the frame (frame_key)."""
+    tag = "" if writer is None else f".c{writer}"
+    return f"jobs/{job_id}/thumbs/{frame:06d}{tag}.jpg"
 
 
-def file_output_key(job_id: str, path: str) -> str:
-    """A file a File Output node of the scene wrote (`Depth/Image0012.exr`), laid out as the
-    scene's nodes name it; its name carries the frame number, as Blender writes it."""
-    return f"jobs/{job_id}/file_output/{path}"
+def master_key(job_id: str, frame: int, name: str, writer: str | None) -> str:
+    """A rendered frame in the scene's own output format (`frame_000012.exr`), kept as rendered,
+    in its frame's folder for its writer (frame_folder)."""
+    return f"{masters_prefix(job_id)}{frame_folder(frame, writer)}{name}"
+
+
+def masters_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}/masters/"
+
+
+def file_output_key(job_id: str, frame: int, path: str, writer: str | None) -> str:
+    """A file a File Output node of the scene wrote for `frame` (`Depth/Image0012.exr`), laid
+    out as the scene's nodes name it inside its frame's folder for its writer (frame_folder)."""
+    return f"{file_outputs_prefix(job_id)}{frame_folder(frame, writer)}{path}"
 
 
 def file_outputs_prefix(job_id: str) -> str:
     return f"jobs/{job_id}/file_output/"
+
+
+def frame_folder(frame: int, writer: str | None) -> str:
+    """`000012.c0-7/`: what claim 7 of chunk 0 stored beside frame 12 (its masters, its File
+    Output files). The frame's record names the writer whose folder is the frame's; a stale
+    attempt's files land in a folder of their own. `writer` None: "" (before folders)."""
+    return "" if writer is None else f"{frame:06d}.c{writer}/"
+
+
+_FRAME_FOLDER = re.compile(r"(\d{6})\.c(\d+-\d+)")
+
+
+def in_frame_folder(key: str, prefix: str) -> tuple[int, str, str] | None:
+    """(frame, writer, the rest of the name) of a key under `prefix` in a frame folder
+    (frame_folder); None for a key outside one."""
+    head, _, rest = key[len(prefix) :].partition("/")
+    found = _FRAME_FOLDER.fullmatch(head)
+    return (int(found[1]), found[2], rest) if found and rest else None
 
 
 def segment_key(job_id: str, chunk: int, claim: int, ext: str = "mp4") -> str:
@@ -69,8 +107,10 @@ def manifest_key(job_id: str, chunk: int) -> str:
     return f"jobs/{job_id}/manifests/{chunk:05d}.json"
 
 
-def log_key(job_id: str, chunk: int, attempt: int, phase: str) -> str:
-    return f"jobs/{job_id}/logs/{chunk:05d}-{phase}-attempt{attempt}.log"
+def log_key(job_id: str, chunk: int, attempt: int, phase: str, claim: int) -> str:
+    """One log per claim: the attempt number starts again when a job is retried, and a stale
+    attempt's last upload must not replace the log of the attempt that won the chunk."""
+    return f"jobs/{job_id}/logs/{chunk:05d}-{phase}-attempt{attempt}-claim{claim}.log"
 
 
 def output_key(job_id: str, ext: str = "mp4") -> str:

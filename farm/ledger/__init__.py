@@ -2,7 +2,8 @@
 scripts. The only place that knows Redis keys or talks to Redis; everyone else holds a `Ledger`
 (or its consumer's view of it, farm.ledger.ports)."""
 
+from farm.ledger.base import FrameRecord
 from farm.ledger.jobs import EARLY_PART, EARLY_UPLOAD
 from farm.ledger.ledger import Claim, Ledger, Move
 
-__all__ = ["EARLY_PART", "EARLY_UPLOAD", "Claim", "Ledger", "Move"]
+__all__ = ["EARLY_PART", "EARLY_UPLOAD", "Claim", "FrameRecord", "Ledger", "Move"]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, NamedTuple, Self, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -40,6 +40,25 @@ class Move:
         return self.status == "ok"
 
 
+class FrameRecord(NamedTuple):
+    """A frame verified in the store, as r_frames keeps it (`size:sha256:writer`): the writer
+    (keys.writer) is the claim whose objects are the frame's (keys.frame_key,
+    keys.frame_folder), None for a record from before records named one."""
+
+    size_bytes: int
+    sha256: str
+    writer: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recorded:
+    """What Ledger.record_frame did: `recorded` false when the chunk is another attempt's now
+    (nothing changed); `job_output_bytes`: the job's File Output bytes recorded so far."""
+
+    recorded: bool
+    job_output_bytes: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Claim:
     """A claim (Ledger.claim) and what its attempt reads next, from the same round trip and as
@@ -50,16 +69,17 @@ class Claim:
     move: Move
     job: dict[str, str] = field(default_factory=dict)
     frames: list[int] = field(default_factory=list)
-    records: dict[int, tuple[int, str]] = field(default_factory=dict)
+    records: dict[int, FrameRecord] = field(default_factory=dict)
     blocked: int = 0
 
 
-def records_of(raw: dict[str, str]) -> dict[int, tuple[int, str]]:
-    """Frame records as the ledger keeps them (`size:sha256`), by frame."""
+def records_of(raw: dict[str, str]) -> dict[int, FrameRecord]:
+    """Frame records as the ledger keeps them (`size:sha256:writer`, `size:sha256` before), by
+    frame."""
     records = {}
     for frame, value in raw.items():
-        size, _, digest = value.partition(":")
-        records[int(frame)] = (int(size), digest)
+        size, digest, *writer = value.split(":")
+        records[int(frame)] = FrameRecord(int(size), digest, writer[0] if writer else None)
     return records
 
 

@@ -19,7 +19,16 @@ from farm.core import keys
 from farm.core.errors import LedgerError
 from farm.core.pipeline import running_states, sources_of
 from farm.core.state import ChunkState, JobState
-from farm.ledger.base import Claim, Move, claim_of, move_of, records_of, wrapped
+from farm.ledger.base import (
+    Claim,
+    FrameRecord,
+    Move,
+    Recorded,
+    claim_of,
+    move_of,
+    records_of,
+    wrapped,
+)
 from farm.ledger.fleet import FleetRecords
 from farm.ledger.jobs import JobRecords
 from farm.ledger.split import SplitRecords
@@ -314,26 +323,36 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
         size_bytes: int,
         sha256: str,
         *,
+        writer: str | None = None,
+        token: str = "",
+        output_bytes: int = 0,
         chunk: int | None = None,
         first: bool = False,
         **progress: Any,
-    ) -> None:
-        """Record a verified frame, and count renders per frame (more than one is waste).
-        `chunk` and `progress`: fields set on that chunk in the same round trip. `first`: an
-        attempt's first frame, which sets the job's `first_frame_at` unless an earlier frame
-        did (`farm status`, the overhead bench), in the same round trip too."""
+    ) -> Recorded:
+        """Record a verified frame stored under `writer`'s keys (keys.frame_key), and count
+        renders per frame (more than one is waste). `token`: only while the chunk is still this
+        attempt's ('' : whoever holds it), so a record always names the winner's objects.
+        `output_bytes`: the frame's File Output files, added to the job's. `chunk` and
+        `progress`: fields set on that chunk in the same round trip. `first`: an attempt's first
+        frame, which sets the job's `first_frame_at` unless an earlier frame did (`farm status`,
+        the overhead bench), in the same round trip too."""
+        value = f"{size_bytes}:{sha256}" + ("" if writer is None else f":{writer}")
+        fields = progress if chunk is not None else {}
         with wrapped("record a frame"):
-            pipe = self.r.pipeline(transaction=True)
-            pipe.hset(keys.r_frames(job_id), str(frame), f"{size_bytes}:{sha256}")
-            pipe.hincrby(keys.r_renders(job_id), str(frame), 1)
-            pipe.hincrby(keys.r_job(job_id), "frame_bytes", size_bytes)  # bytes moved (census)
-            if chunk is not None and progress:
-                pipe.hset(
-                    keys.r_chunk(job_id, chunk), mapping={k: str(v) for k, v in progress.items()}
-                )
-            if first:
-                pipe.hsetnx(keys.r_job(job_id), "first_frame_at", round(time.time(), 3))
-            pipe.execute()
+            done, outputs = self.scripts.record_frame(
+                keys=[
+                    keys.r_chunk(job_id, -1 if chunk is None else chunk),
+                    keys.r_frames(job_id),
+                    keys.r_renders(job_id),
+                    keys.r_job(job_id),
+                ],
+                args=[
+                    token, frame, value, size_bytes, output_bytes, "1" if first else "",
+                    round(time.time(), 3), json.dumps({k: str(v) for k, v in fields.items()}),
+                ],
+            )  # fmt: skip
+        return Recorded(recorded=bool(done), job_output_bytes=int(outputs))
 
     def forget_frame(self, job_id: str, frame: int) -> None:
         """Drop a frame's record so the next render of its chunk makes it again."""
@@ -434,8 +453,8 @@ class Ledger(JobRecords, FleetRecords, SplitRecords):
 
     def frame_records(
         self, job_id: str, frames: Iterable[int] | None = None
-    ) -> dict[int, tuple[int, str]]:
-        """Verified frames: (size, sha256) by frame; only `frames`, when given."""
+    ) -> dict[int, FrameRecord]:
+        """Verified frames by frame; only `frames`, when given."""
         with wrapped("read frame records"):
             if frames is None:
                 raw: dict[str, str] = self.r.hgetall(keys.r_frames(job_id))

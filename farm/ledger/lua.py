@@ -71,6 +71,7 @@ class Scripts:
     forget_early_upload: Script
     push_notice: Script
     claim_notices: Script
+    record_frame: Script
 
     @classmethod
     def registered(cls, client: Any) -> Self:

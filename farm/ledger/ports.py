@@ -18,7 +18,7 @@ from farm.core.chunking import Measurement
 from farm.core.plan import Chunk
 from farm.core.spec import JobSpec
 from farm.core.state import ChunkState
-from farm.ledger.base import Move
+from farm.ledger.base import FrameRecord, Move
 
 Records = list[tuple[dict[str, str], list[dict[str, str]], dict[str, str]]]
 """Jobs as `job_records` reads them: each job's hash, its chunks' hashes, its cost hash."""
@@ -131,6 +131,9 @@ class WebLedger(CensusLedger, Protocol):
     def job(self, job_id: str) -> dict[str, str]: ...
     def chunks(self, job_id: str) -> list[dict[str, str]]: ...
     def spend(self, job_id: str, job: dict[str, str] | None = None) -> cost.Spend: ...
+    def frame_records(
+        self, job_id: str, frames: Iterable[int] | None = None
+    ) -> dict[int, FrameRecord]: ...
 
 
 class SplitterLedger(Protocol):

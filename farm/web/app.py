@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 
@@ -30,7 +31,7 @@ from farm.web.exporter import registry_for, scrape
 log = logging.getLogger(__name__)
 StartResponse = Callable[..., Any]
 Response = tuple[str, str, bytes, list[tuple[str, str]]]
-_LOG_NAME = re.compile(r"^(\d{5})-\w+-attempt\d+\.log$")
+_LOG_NAME = re.compile(r"^(\d{5})-\w+-attempt\d+(?:-claim\d+)?\.log$")
 _JOB = r"(?P<job>[\w-]+)"  # job ids: letters, digits, - and _ (no dots: keys stay under jobs/)
 HTML = "text/html; charset=utf-8"
 
@@ -69,6 +70,7 @@ class FarmWeb:
     user: str
     password: str
     _registry: CollectorRegistry = field(init=False)
+    _media_origin: str | None = field(init=False, default=None)
     _routes: list[tuple[re.Pattern[str], Callable[..., Response]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -86,8 +88,9 @@ class FarmWeb:
         if not credentials_ok(environ.get("HTTP_AUTHORIZATION", ""), self.user, self.password):
             start_response(
                 "401 Unauthorized",
-                [("WWW-Authenticate", 'Basic realm="farm"'), ("Content-Type", "text/plain")],
-            )
+                [("WWW-Authenticate", 'Basic realm="farm"'), ("Content-Type", "text/plain"),
+                 ("Cache-Control", "no-store")],
+            )  # fmt: skip
             return [b"farm: credentials required\n"]
         path = environ.get("PATH_INFO", "/")
         try:
@@ -102,9 +105,23 @@ class FarmWeb:
             )
         headers = [("Content-Type", ctype), ("Content-Length", str(len(body))), *extra]
         # Logs and thumbnails were written in a scene's box: a browser never reads one as a page.
+        # (farm.web.server adds the other headers every answer gets: SECURITY_HEADERS.)
         headers += [("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")]
+        if ctype == HTML:
+            headers.append(("Content-Security-Policy", self._policy()))
         start_response(status, headers)
         return [body]
+
+    def _policy(self) -> str:
+        """The pages' CSP, which lets the video come from the store (farm.web.jobpage)."""
+        if self._media_origin is None:
+            try:
+                parts = urlsplit(self.store.presign_get(keys.job_prefix("any"), 60))
+                self._media_origin = f"{parts.scheme}://{parts.netloc}"
+            except FarmError as exc:  # asked again on the next page
+                log.warning("the store's address is unknown, so no video will play: %s", exc)
+                return jobpage.content_security_policy()
+        return jobpage.content_security_policy(self._media_origin)
 
     def route(self, path: str) -> Response:
         for pattern, handler in self._routes:
@@ -137,8 +154,8 @@ class FarmWeb:
             int(c.get("index", 0)): (_t(c.get("started")), _t(c.get("finished"))) for c in chunks
         }
         prefix = keys.job_prefix(job)
-        frames = sorted(
-            int(k.rsplit("/", 1)[-1].split(".")[0]) for k in self.store.keys(prefix + "thumbs/")
+        frames = sorted(  # a frame's thumbnails: one a writer (keys.thumb_key)
+            {int(k.rsplit("/", 1)[-1].split(".")[0]) for k in self.store.keys(prefix + "thumbs/")}
         )
         logs: dict[int, list[str]] = {}
         for key in sorted(self.store.keys(prefix + "logs/"), key=_log_order):
@@ -159,8 +176,10 @@ class FarmWeb:
         return spend.spent, spend.spent + spend.expected_rest
 
     def thumb(self, job: str, frame: str) -> Response:
-        key = keys.thumb_key(job, int(frame))
-        size = self.store.size(key)
+        """The thumbnail of the frame as recorded: its record names the writer whose it is."""
+        record = self.ledger.frame_records(job, [int(frame)]).get(int(frame))
+        key = keys.thumb_key(job, int(frame), record.writer if record else None)
+        size = self.store.size(key) if record else None
         if size is None or size > THUMB_MAX_BYTES:  # a scene's box wrote it: never read whole
             return self._missing(f"no thumbnail of frame {frame}")
         return "200 OK", "image/jpeg", self.store.get_bytes(key), []

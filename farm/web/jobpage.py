@@ -2,11 +2,14 @@
 
 The markup is in templates/ (Jinja2, every value escaped); here is what the pages compute.
 Plain HTML and one stylesheet, no JavaScript framework; the only script is an attribute on each
-thumbnail that records whether it loaded (data-loaded), which the browser test reads.
+thumbnail that records whether it loaded (data-loaded), which the browser test reads, and the
+pages' Content-Security-Policy allows exactly that script.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 import time
 from typing import Any
@@ -18,6 +21,23 @@ from farm.core.report import elapsed_text, eta_s
 
 Cost = tuple[float, float]
 """(spent, expected total) in dollars (farm.core.cost.Spend)."""
+INLINE_HANDLERS = ("this.dataset.loaded=this.naturalWidth", "this.dataset.loaded='error'")
+"""The pages' only script, as written in templates/job.html: each thumbnail's onload and onerror."""
+
+
+def content_security_policy(media_origin: str = "") -> str:
+    """The pages' CSP: nothing loads but the farm's own thumbnails and the video (redirected to
+    the store, at `media_origin`); styles inline (the one stylesheet and the bars' widths,
+    numbers only); no script but INLINE_HANDLERS, by hash; no frame may hold a page."""
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(h.encode()).digest()).decode() + "'"
+        for h in INLINE_HANDLERS
+    )
+    return "; ".join([
+        "default-src 'none'", "img-src 'self'", f"media-src 'self' {media_origin}".strip(),
+        "style-src 'unsafe-inline'", f"script-src 'unsafe-hashes' {hashes}",
+        "frame-ancestors 'none'", "base-uri 'none'", "form-action 'none'",
+    ])  # fmt: skip
 
 
 def clock(seconds: float | None) -> str:
@@ -48,8 +68,8 @@ def _utc(t: float, fmt: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
 
 
 def _log_label(name: str) -> str:
-    """`00003-render-attempt2.log` -> `render 2`: the chunk is the row already."""
-    match = re.match(r"^\d+-(\w+)-attempt(\d+)\.log$", name)
+    """`00003-render-attempt2-claim5.log` -> `render 2`: the chunk is the row already."""
+    match = re.match(r"^\d+-(\w+)-attempt(\d+)(?:-claim\d+)?\.log$", name)
     return f"{match.group(1)} {match.group(2)}" if match else name
 
 

@@ -4,13 +4,14 @@ with each frame and comes back with `farm fetch --frames`, laid out as the nodes
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import LocalFarm
+from tests.conftest import LocalFarm, start_farm
 
 pytestmark = pytest.mark.e2e
 
@@ -106,3 +107,29 @@ def test_file_output_passes_come_back_with_the_frames(
         head = (passes / f"Layers{frame:04d}.exr").read_bytes()[:4096]
         assert head[:4] == b"\x76\x2f\x31\x01" and b"Depth" in head  # multilayer, with the depth
     assert not outside.exists()
+
+
+def test_file_output_files_over_the_per_frame_cap_fail_the_job_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    """GIVEN a farm whose File Output cap is 1000 bytes a frame WHEN a scene whose nodes write
+    more than that renders THEN the job fails on its first try, naming the cap, the bytes and
+    the setting that raises it, and none of those files is stored."""
+    scene, outside = tmp_path / "comp.blend", tmp_path / "outside"
+    subprocess.run([sys.executable, "-I", "-c", BUILD, str(scene), str(outside)], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    farm = start_farm(tmp_path, 1, {"FARM_FILE_OUTPUT_FRAME_MAX_BYTES": "1000"})
+    try:
+        result = farm.farm("submit", str(scene), "--wait", "--json", timeout=600)
+        summary = json.loads(result.stdout)
+        assert summary["state"] == "failed", farm.logs()
+        assert re.search(
+            r"frame 1: its File Output files are \d+ bytes, over the cap of 1000 bytes per "
+            r"frame; raise file_output_frame_max_bytes \(FARM_FILE_OUTPUT_FRAME_MAX_BYTES\)",
+            summary["error"],
+        ), summary["error"]
+        chunks = farm.ledger().chunks(summary["id"])
+        assert max(int(c.get("failures", 0)) for c in chunks) == 1  # no try again: same bytes
+        assert farm.store().keys(f"jobs/{summary['id']}/file_output/") == []
+    finally:
+        farm.down()

@@ -40,7 +40,7 @@ def test_an_idle_worker_splits_the_running_chunk_and_the_video_has_every_frame_o
         assert any(e["event"] == "split" for e in ledger.events(job_id))
         assert {c["worker"] for c in chunks} == {"owner@test", "idle@test"}
         # The owner's Blender heard of the split between frames and stopped; it was not restarted.
-        owner_log = farm.store().get_bytes(keys.log_key(job_id, 0, 1, "render")).decode()
+        owner_log = farm.store().get_bytes(keys.log_key(job_id, 0, 1, "render", 1)).decode()
         assert "FARM-STOPPED" in owner_log and owner_log.count("FARM-LOADED") == 1
         # Exactly once: every frame rendered by one Blender, none twice.
         assert ledger.render_counts(job_id) == {f: 1 for f in range(1, 25)}

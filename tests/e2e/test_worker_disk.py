@@ -46,7 +46,8 @@ def test_render_only_hosts_keep_no_frames_and_ended_jobs_leave_no_folders(
         assert (folder / "tree" / DEMO.name).is_file()
         assert sorted(p.name for p in (folder / "frames").iterdir()) == []
         store = farm.store()
-        assert all(store.exists(keys.frame_key(job_id, f)) for f in range(1, 5))
+        records = ledger.frame_records(job_id)
+        assert all(store.exists(keys.frame_key(job_id, f, records[f].writer)) for f in range(1, 5))
 
         encoder = "encode@disk"
         spawn_worker(farm, encoder, queues="encode", **SWEEP)

@@ -32,7 +32,7 @@ from farm.core.errors import (
 )
 from farm.core.pipeline import PHASES, Phase, PhaseSpec
 from farm.core.state import ChunkState, JobState
-from farm.ledger import Ledger
+from farm.ledger import FrameRecord, Ledger
 from tests.integration.conftest import make_job, wait_until
 from workers.attempt.context import WorkerContext
 from workers.attempt.lease import LeaseKeeper
@@ -65,6 +65,11 @@ class FakeStore:
 
     def put_json(self, key: str, value: Any) -> None:
         self.objects[key] = repr(value).encode()
+
+    def put_bytes(self, key: str, data: bytes, content_type: str = "") -> None:
+        if self.fail_puts:
+            raise self.fail_puts
+        self.objects[key] = data
 
     def size(self, key: str) -> int | None:
         return len(self.objects[key]) if key in self.objects else None
@@ -269,7 +274,7 @@ def test_the_frame_uploader_stores_and_records_each_frame(
     assert sorted(uploader.done) == [1, 2, 3]
     assert ctx.ledger.frame_records("j1")[3][0] == 9
     assert ctx.ledger.chunk("j1", 0)["frames_rendered"] == "3"
-    assert ctx.store.objects[keys.frame_key("j1", 2)] == b"pngpng"  # type: ignore[attr-defined]
+    assert ctx.store.objects[keys.frame_key("j1", 2, "0-0")] == b"pngpng"  # type: ignore[attr-defined]
 
 
 def test_a_retried_chunks_progress_counts_on_from_the_frames_kept(
@@ -326,7 +331,7 @@ def test_the_encode_links_the_rendered_frame_never_what_a_link_points_to(
 ) -> None:
     """A preview swapped for a link to a host file with the very bytes the ledger recorded
     (the worst case) is fetched from the store instead, so the encode never reads a host file."""
-    ctx.store.objects[keys.frame_key("j1", 1)] = b"png"  # type: ignore[attr-defined]
+    ctx.store.objects[keys.frame_key("j1", 1, "0-4")] = b"png"  # type: ignore[attr-defined]
     elsewhere = tmp_path / "elsewhere.png"
     elsewhere.write_bytes(b"png")
     rendered = ctx.job_dir("j1") / "frames"
@@ -340,8 +345,8 @@ def test_the_encode_links_the_rendered_frame_never_what_a_link_points_to(
         path.write_bytes(ctx.store.objects[key]),  # type: ignore[attr-defined]
     )
     digest = hashlib.sha256(b"png").hexdigest()
-    gather_frames(ctx, "j1", [1], seq, {1: (3, digest)})
-    assert fetched == [keys.frame_key("j1", 1)]
+    gather_frames(ctx, "j1", [1], seq, {1: FrameRecord(3, digest, "0-4")})
+    assert fetched == [keys.frame_key("j1", 1, "0-4")]
     assert not (seq / "000000.png").is_symlink() and (seq / "000000.png").read_bytes() == b"png"
 
 
@@ -476,7 +481,7 @@ def test_a_frame_gone_from_the_store_is_rendered_again_not_fetched_again(
     seq = tmp_path / "seq"
     seq.mkdir()
     with pytest.raises(FramesMissing, match="frame 1 is not in the store; rendering it again"):
-        gather_frames(ctx, "j1", [1], seq, {1: (3, digest)})
+        gather_frames(ctx, "j1", [1], seq, {1: FrameRecord(3, digest)})
     assert 1 not in ctx.ledger.frame_records("j1")  # the render makes it again
 
 

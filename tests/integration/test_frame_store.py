@@ -61,8 +61,8 @@ def _sent_itself(store: Store, counted: Counted, job_id: str, frame: int, master
                  data: bytes) -> str:  # fmt: skip
     """Check the master and then the frame went up from this host, nothing copied; the frame's
     key."""
-    frame_key = keys.frame_key(job_id, frame)
-    assert counted.sent == [keys.master_key(job_id, master.name), frame_key]
+    frame_key = keys.frame_key(job_id, frame, "0-0")
+    assert counted.sent == [keys.master_key(job_id, frame, master.name, "0-0"), frame_key]
     assert counted.copied == []
     assert store.get_bytes(frame_key) == data
     return frame_key
@@ -79,15 +79,18 @@ def test_a_frame_that_is_its_preview_is_sent_once_and_copied_by_the_store(
     master, preview = _linked(tmp_path, 7, os.urandom(300_000))
     counted = Counted(store)
     uploader = _upload(counted, ledger, "linked", 7, preview, master)
-    master_key, frame_key = keys.master_key("linked", master.name), keys.frame_key("linked", 7)
+    master_key, frame_key = (
+        keys.master_key("linked", 7, master.name, "0-0"),
+        keys.frame_key("linked", 7, "0-0"),
+    )
     assert counted.sent == [master_key]
     assert counted.copied == [(master_key, frame_key)]
     assert store.get_bytes(frame_key) == store.get_bytes(master_key) == master.read_bytes()
     # The frame expires with the job's intermediates; the master is kept.
     assert _tags(store, frame_key) == INTERMEDIATE_TAG
     assert _tags(store, master_key) == ""
-    size, digest = ledger.frame_records("linked")[7]
-    assert (size, digest) == (300_000, hashlib.sha256(master.read_bytes()).hexdigest())
+    record = ledger.frame_records("linked")[7]
+    assert record == (300_000, hashlib.sha256(master.read_bytes()).hexdigest(), "0-0")
     assert uploader.done == [7]
 
 
@@ -104,7 +107,7 @@ def test_a_preview_saved_apart_is_sent_itself(store: Store, ledger: Ledger, tmp_
 
 
 class Overwritten(Counted):
-    """Another attempt writes the same master between this one's upload and its copy."""
+    """The master changes between this attempt's upload and its copy."""
 
     def copy(self, source: str, key: str, *, etag: str = "", intermediate: bool = False) -> str:
         self.store.put_bytes(source, b"another attempt's frame")
@@ -117,8 +120,8 @@ def test_a_master_replaced_before_its_copy_is_not_copied_the_frame_is_sent(
     master, preview = _linked(tmp_path, 5, b"this attempt's frame")
     counted = Overwritten(store)
     _upload(counted, ledger, "raced", 5, preview, master)
-    frame_key = keys.frame_key("raced", 5)
-    assert counted.copied == [(keys.master_key("raced", master.name), frame_key)]
+    frame_key = keys.frame_key("raced", 5, "0-0")
+    assert counted.copied == [(keys.master_key("raced", 5, master.name, "0-0"), frame_key)]
     assert counted.sent[-1] == frame_key
     assert store.get_bytes(frame_key) == b"this attempt's frame"
     recorded = ledger.frame_records("raced")[5][1]
@@ -168,7 +171,7 @@ def test_a_frames_file_output_files_are_stored_before_its_record(
     uploader.add(4, preview, (master,), outputs=names, outputs_dir=folder)
     uploader.finish()
     uploader.raise_errors()
-    stored = [keys.file_output_key("passes", n) for n in names]
+    stored = [keys.file_output_key("passes", 4, n, "0-0") for n in names]
     assert counted.sent[:2] == stored
     assert store.get_bytes(stored[0]) == b"depth"
     assert store.get_bytes(stored[1]) == b"passes"

@@ -127,7 +127,7 @@ def test_completion_gate_opens_once(ledger: Ledger) -> None:
 
 def test_frame_records_round_trip(ledger: Ledger) -> None:
     ledger.record_frame("j1", 7, 1234, "ab" * 32)
-    assert ledger.frame_records("j1") == {7: (1234, "ab" * 32)}
+    assert ledger.frame_records("j1") == {7: (1234, "ab" * 32, None)}
 
 
 def test_unreachable_redis_is_one_clear_error() -> None:

@@ -27,6 +27,9 @@ def _walk(ledger: Ledger, job_id: str) -> dict[str, Any]:
     token = claim.move.token
     seen["claimed"] = (claim.move.status, claim.frames)
     seen["renewed"] = ledger.renew(job_id, 0, token, 30)
+    seen["frame recorded"] = ledger.record_frame(
+        job_id, 1, 10, "ab" * 32, writer="0-1", token=token, chunk=0, frames_rendered=1
+    ).recorded
     seen["split into"] = ledger.split_chunk(job_id, 0, token=token, last_frame=5, chunks_total=2)
     moved, segment = ledger.move_then_claim(
         job_id, 0, RENDER.done, token=token, fields={}, then=SEGMENT.running,
@@ -84,6 +87,7 @@ def test_the_scripts_go_by_evalsha_and_survive_a_script_flush(ledger: Ledger) ->
     assert first == {
         "claimed": ("ok", list(range(1, 11))),
         "renewed": "ok",
+        "frame recorded": True,
         "split into": 2,
         "rendered, then claimed": ("ok", "ok"),
         "done, gate": ("ok", False),

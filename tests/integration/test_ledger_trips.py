@@ -61,7 +61,7 @@ def test_a_claim_brings_back_the_job_the_frames_and_only_their_records(counted: 
     assert n == 1 and claim.move.moved
     assert claim.job["id"] == "j1" and claim.job["state"] == JobState.RUNNING
     assert claim.frames == list(range(1, 11))
-    assert claim.records == {3: (9, "ab" * 32)}
+    assert claim.records == {3: (9, "ab" * 32, None)}
 
 
 def test_a_refused_claim_brings_back_nothing(ledger: Ledger) -> None:
@@ -169,7 +169,7 @@ def test_a_frame_record_carries_the_chunk_progress_in_one_round_trip(counted: Le
     _job(counted)
     _, n = trips(lambda: counted.record_frame("j1", 4, 10, "ef" * 32, chunk=0, frames_rendered=2))
     assert n == 1
-    assert counted.frame_records("j1", [4, 5]) == {4: (10, "ef" * 32)}
+    assert counted.frame_records("j1", [4, 5]) == {4: (10, "ef" * 32, None)}
     assert counted.chunk("j1", 0)["frames_rendered"] == "2"
 
 

@@ -68,9 +68,11 @@ def _app(ledger: Ledger) -> FarmWeb:
     claim = ledger.move_chunk("j1", 0, ChunkState.RENDERING, mode="claim", lease_s=30, worker="w1")
     ledger.move_chunk("j1", 0, ChunkState.QUEUED, token=claim.token, mode="fail", max_failures=3,
                       error="<script>boom</script>")  # fmt: skip
+    ledger.record_frame("j1", 1, 3, "ab" * 32, writer="0-1")
     store = MemoryStore({
-        keys.thumb_key("j1", 1): b"\xff\xd8jpeg",
-        keys.log_key("j1", 0, 1, "render"): b"Blender says hi",
+        keys.thumb_key("j1", 1, "0-1"): b"\xff\xd8jpeg",
+        keys.thumb_key("j1", 1, "0-2"): b"\xff\xd8a stale attempt's",  # its claim was taken away
+        keys.log_key("j1", 0, 1, "render", 1): b"Blender says hi",
     })  # fmt: skip
     return FarmWeb(ledger=ledger, store=store, user="u", password="p")  # type: ignore[arg-type]
 
@@ -96,9 +98,9 @@ def test_the_job_page_shows_thumbnails_chunks_errors_and_log_links(ledger: Ledge
     assert 'src="/jobs/j1/thumbs/1.jpg"' in text
     assert 'data-chunk="0" data-state="queued"' in text and "&lt;script&gt;boom" in text
     assert "<script>boom" not in text
-    assert 'href="/jobs/j1/logs/00000-render-attempt1.log"' in text
+    assert 'href="/jobs/j1/logs/00000-render-attempt1-claim1.log"' in text
     assert _get(app, "/jobs/j1/thumbs/1.jpg")[2] == b"\xff\xd8jpeg"
-    assert _get(app, "/jobs/j1/logs/00000-render-attempt1.log")[2] == b"Blender says hi"
+    assert _get(app, "/jobs/j1/logs/00000-render-attempt1-claim1.log")[2] == b"Blender says hi"
     assert _get(app, "/jobs/j1/thumbs/2.jpg")[0].startswith("404")
     assert _get(app, "/jobs/nope")[0].startswith("404")
     assert _get(app, "/jobs/j1/video.mp4")[0].startswith("404")  # not done yet
@@ -114,7 +116,7 @@ def test_what_a_scenes_box_wrote_is_served_bounded_and_never_sniffed(
     monkeypatch.setattr(farm.web.app, "LOG_MAX_BYTES", 8)
     monkeypatch.setattr(farm.web.app, "THUMB_MAX_BYTES", 4)
     app = _app(ledger)
-    status, headers, body = _get(app, "/jobs/j1/logs/00000-render-attempt1.log")
+    status, headers, body = _get(app, "/jobs/j1/logs/00000-render-attempt1-claim1.log")
     assert status.startswith("200")
     assert headers["X-Content-Type-Options"] == "nosniff"
     assert body == b"[the first 7 bytes left out; `farm logs j1` has them]\n says hi"

@@ -11,6 +11,7 @@ from unittest import mock
 from farm.adapters.proc import Running
 from farm.blender.script import Renderer
 from farm.core.split import MIN_REST, choose, margin_frames, split_point
+from farm.ledger.base import Recorded
 from workers.attempt.lease import LeaseKeeper
 from workers.phases.frames import FrameUploader, kept, write_permit
 from workers.phases.stitch import first_frame
@@ -223,8 +224,9 @@ class _Recorder:
         self.stored.append(key)
         return "etag"
 
-    def record_frame(self, job_id: str, frame: int, *_: Any, **__: Any) -> None:
+    def record_frame(self, job_id: str, frame: int, *_: Any, **__: Any) -> Recorded:
         self.recorded.append(frame)
+        return Recorded(recorded=True, job_output_bytes=0)
 
     def job_field_once(self, job_id: str, field: str, value: str) -> str:
         return value

@@ -29,9 +29,10 @@ from farm.core import keys
 from farm.core.errors import ChunkInterrupted, LeaseLost, PermanentError
 from farm.core.pipeline import PhaseSpec
 from farm.core.spec import JobSpec
-from farm.ledger import Claim
+from farm.ledger import Claim, FrameRecord
 from workers.attempt.context import WorkerContext
 from workers.attempt.lease import LeaseKeeper
+from workers.attempt.logcap import kept_log
 from workers.attempt.ports import AttemptLedger
 from workers.host import alongside
 from workers.host.alongside import LaneRun
@@ -87,7 +88,7 @@ class ChunkAttempt:
         token: str,
         *,
         frames: list[int] | None = None,
-        records: dict[int, tuple[int, str]] | None = None,
+        records: dict[int, FrameRecord] | None = None,
     ) -> None:
         """`frames`, `records`: the chunk's frames and their records as the claim brought them
         back (Ledger.claim); read from the ledger when not given."""
@@ -113,8 +114,8 @@ class ChunkAttempt:
         )
         self.workspace = ctx.job_dir(self.job_id) / f"{phase.phase}-{index:05d}"
         self.log_path = self.workspace / f"{phase.log_name}.log"
-        self.log_key = keys.log_key(self.job_id, index, self.number, phase.log_name)
         self.claim = claim_number(token)
+        self.log_key = keys.log_key(self.job_id, index, self.number, phase.log_name, self.claim)
         self._uploads: list[Future[None]] = []
         self._pool: ThreadPoolExecutor | None = None
         self._log_lock = threading.Lock()
@@ -135,7 +136,7 @@ class ChunkAttempt:
         return frames
 
     @cached_property
-    def records(self) -> dict[int, tuple[int, str]]:
+    def records(self) -> dict[int, FrameRecord]:
         """The verified records of this chunk's frames: (size, sha256) by frame."""
         if self._records is not None:
             return self._records
@@ -158,15 +159,16 @@ class ChunkAttempt:
                             "another worker may own the chunk now")  # fmt: skip
 
     def upload_log(self, redact: str = "") -> None:
-        """One at a time: the lease keeper's periodic upload and the final one must not both
-        rewrite the file (a redaction read mid-write would store an empty log)."""
+        """The log as far as the child wrote it, within the cap (workers.attempt.logcap), under
+        this claim's key. One at a time: the lease keeper's periodic upload must not land after
+        the final one."""
         with self._log_lock:
             if not self.log_path.exists():  # the child has not opened it yet
                 return
+            body = kept_log(self.log_path, self.ctx.settings.log_max_bytes)
             if redact:
-                text = self.log_path.read_text(errors="replace")
-                self.log_path.write_text(text.replace(redact, "<master URL>"))
-            self.ctx.store.put_file(self.log_key, self.log_path)
+                body = body.replace(redact.encode(), b"<master URL>")
+            self.ctx.store.put_bytes(self.log_key, body, "text/plain; charset=utf-8")
 
     def upload_log_soon(self, redact: str = "") -> None:
         """Upload the log in the background, beside what the phase does next (a probe, the

@@ -25,6 +25,7 @@ from farm.core.errors import (
     LeaseLost,
     NotHere,
     PermanentError,
+    Refused,
     StoreRefused,
     TransientError,
 )
@@ -253,8 +254,9 @@ class ChunkPolicy:
             return self._ended(failed=str(exc)[-500:])
         move = self.ledger.move_chunk(
             job_id, chunk, back_to, token=token, mode="fail", only_from=_ours(phase),
-            # A store refusal (denied, no bucket, disk full) fails the same way on every try.
-            max_failures=1 if isinstance(exc, StoreRefused) else ctx.settings.max_attempts,
+            # A store refusal (denied, no bucket, disk full) or one of the farm's own rules
+            # fails the same way on every try.
+            max_failures=1 if isinstance(exc, StoreRefused | Refused) else ctx.settings.max_attempts,
             **self._ending(), error=str(exc)[-4000:], failed_at=time.time(),
         )  # fmt: skip
         if move.moved and move.target == str(back_to):

@@ -15,14 +15,24 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from farm.adapters.settings import Settings
 from farm.adapters.store import ONE_PUT_BYTES, Store
 from farm.core import keys
-from farm.core.errors import FarmError, ObjectChanged, PermanentError, StoreRefused, TransientError
-from farm.ledger import Ledger
+from farm.core.errors import (
+    FarmError,
+    LeaseLost,
+    ObjectChanged,
+    PermanentError,
+    Refused,
+    StoreRefused,
+    TransientError,
+)
+from farm.ledger import FrameRecord, Ledger
 from workers.attempt.context import WorkerContext
 from workers.host.box import open_boxed, open_boxed_under
 from workers.phases import thumbnail
@@ -42,14 +52,61 @@ class _Saved:
     outputs_dir: Path
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputCaps:
+    """What a scene's File Output nodes may write (Settings.file_output_frame_max_bytes,
+    file_output_job_max_bytes): the scene, which is untrusted, decides how much it writes, so
+    the farm decides how much it stores."""
+
+    frame_bytes: int = Settings.model_fields["file_output_frame_max_bytes"].default
+    job_bytes: int = Settings.model_fields["file_output_job_max_bytes"].default
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OutputCaps:
+        return cls(
+            frame_bytes=settings.file_output_frame_max_bytes,
+            job_bytes=settings.file_output_job_max_bytes,
+        )
+
+    def check(self, frame: int, frame_bytes: int, job_bytes: int) -> None:
+        """Refuse a frame whose File Output files, or the job's with them, pass a cap: another
+        try of the same scene writes the same (Refused: the chunk fails at once)."""
+        if frame_bytes > self.frame_bytes:
+            raise Refused(
+                f"frame {frame}: its File Output files are {frame_bytes} bytes, over the cap of "
+                f"{self.frame_bytes} bytes per frame; raise file_output_frame_max_bytes "
+                "(FARM_FILE_OUTPUT_FRAME_MAX_BYTES) or have the scene's File Output nodes write "
+                "less"
+            )
+        if job_bytes + frame_bytes > self.job_bytes:
+            raise Refused(
+                f"frame {frame}: the job's File Output files would be {job_bytes + frame_bytes} "
+                f"bytes, over the cap of {self.job_bytes} bytes per job; raise "
+                "file_output_job_max_bytes (FARM_FILE_OUTPUT_JOB_MAX_BYTES) or have the scene's "
+                "File Output nodes write less"
+            )
+
+
 @dataclass(slots=True)
 class FrameUploader:
-    """Uploads frames in the background as Blender saves them, so rendering never waits on S3."""
+    """Uploads frames in the background as Blender saves them, so rendering never waits on S3.
+    Every object goes under the attempt's claim (keys.writer, keys.frame_key, frame_folder) and
+    each frame's record names it, recorded only while the chunk is still the attempt's: an
+    attempt that lost its claim and uploads late writes beside the winner's objects, never over
+    them, and records nothing."""
 
     store: Store
     ledger: Ledger
     job_id: str
     chunk: int
+    claim: int = 0
+    """The attempt's claim of `chunk` (ChunkAttempt.claim): with the chunk, its objects' names."""
+    token: str = ""
+    """The attempt's claim token: its records are refused once the chunk is another's ('':
+    recorded whoever holds it)."""
+    caps: OutputCaps = field(default_factory=OutputCaps)
+    job_output_bytes: int = 0
+    """The job's File Output bytes as last recorded (the claim's job hash, then each record)."""
     done: list[int] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
     upload_s: float = 0.0
@@ -62,6 +119,10 @@ class FrameUploader:
     _queue: queue.Queue[_Saved | None] = field(default_factory=queue.Queue)
     _thread: threading.Thread | None = None
     _started: tuple[int, float] | None = None
+
+    @property
+    def writer(self) -> str:
+        return keys.writer(self.chunk, self.claim)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="frame-upload")
@@ -102,9 +163,15 @@ class FrameUploader:
         """Store or Redis hiccups hand the chunk back (no attempt spent); anything else fails it."""
         if not self.errors:
             return
+        lost = [e for e in self.errors if isinstance(e, LeaseLost)]
+        if lost:  # its records refused: nothing of this attempt counts
+            raise lost[0]
         text = "; ".join(str(e) for e in self.errors[:5])
         if all(isinstance(e, TransientError) for e in self.errors):
             raise TransientError(f"{len(self.errors)} frame uploads failed: {text}")
+        capped = [e for e in self.errors if isinstance(e, Refused)]
+        if capped:  # over one of the farm's caps: another try writes the same
+            raise Refused(f"{len(self.errors)} frame uploads failed: {capped[0]}")
         refused = [e for e in self.errors if isinstance(e, StoreRefused)]
         if refused:  # the store said no (403, no bucket, full): another try would hear the same
             raise StoreRefused(f"{len(self.errors)} frame uploads failed: {refused[0]}")
@@ -115,35 +182,47 @@ class FrameUploader:
         if self._thread:
             self._thread.join()
 
-    def _store(self, saved: _Saved) -> tuple[int, str]:
+    def _store(self, saved: _Saved) -> tuple[int, str, int]:
         """Store the frame's File Output files and masters, then the frame the video is made
         of; its size and sha256, read from the very file stored (what is recorded is what is
-        stored). Where the render script made the frame's file its preview too (one file,
-        linked), its bytes are sent once: the store copies the master just sent to the frame's
-        key."""
-        frame, path, masters = saved.frame, saved.path, saved.masters
-        for name in saved.outputs:  # before the record, like the masters
-            with open_boxed_under(saved.outputs_dir, name) as fh:
-                self.store.put_open(keys.file_output_key(self.job_id, name), fh)
-        frame_key = keys.frame_key(self.job_id, frame)
+        stored), and the File Output bytes stored. Where the render script made the frame's
+        file its preview too (one file, linked), its bytes are sent once: the store copies the
+        master just sent to the frame's key."""
+        frame, path, masters, writer = saved.frame, saved.path, saved.masters, self.writer
+        output_bytes = self._store_outputs(saved)
+        frame_key = keys.frame_key(self.job_id, frame, writer)
         stored: tuple[int, str] | None = None
         for master in masters:  # before the record: a recorded frame has its masters
             with open_boxed(master) as fh:
-                key = keys.master_key(self.job_id, master.name)
+                key = keys.master_key(self.job_id, frame, master.name, writer)
                 etag = self.store.put_open(key, fh)
                 if stored is not None or not _copyable(fh, path):
                     continue
                 stored = _measure(fh)
                 try:
                     self.store.copy(key, frame_key, etag=etag, intermediate=True)
-                except ObjectChanged:  # another attempt's master since: send this one's bytes
+                except ObjectChanged:  # not the bytes just sent: send them again
                     self.store.put_open(frame_key, fh, intermediate=True)
-        if stored is not None:
-            return stored
-        with open_boxed(path) as fh:
-            stored = _measure(fh)
-            self.store.put_open(frame_key, fh, intermediate=True)
-        return stored
+        if stored is None:
+            with open_boxed(path) as fh:
+                stored = _measure(fh)
+                self.store.put_open(frame_key, fh, intermediate=True)
+        return *stored, output_bytes
+
+    def _store_outputs(self, saved: _Saved) -> int:
+        """Store what the frame's File Output nodes wrote, within the caps (OutputCaps); the
+        bytes stored. Every file is opened, and measured, before the first is sent."""
+        with ExitStack() as opened:
+            files = [
+                (name, opened.enter_context(open_boxed_under(saved.outputs_dir, name)))
+                for name in saved.outputs
+            ]
+            total = sum(os.fstat(fh.fileno()).st_size for _, fh in files)
+            self.caps.check(saved.frame, total, self.job_output_bytes)
+            for name, fh in files:  # before the record, like the masters
+                key = keys.file_output_key(self.job_id, saved.frame, name, self.writer)
+                self.store.put_open(key, fh)
+        return total
 
     def _split_off(self, frame: int) -> bool:
         """Whether `frame` is the split's new chunk's now: it renders and records it."""
@@ -160,16 +239,20 @@ class FrameUploader:
                 continue
             started = time.monotonic()
             try:
-                size, digest = self._store(item)
+                size, digest, output_bytes = self._store(item)
                 if self._split_off(frame):  # split while it was uploading
                     continue
                 # The record, the chunk's progress and (once an attempt; the job keeps the
                 # earliest) the job's first-frame time: one round trip.
                 first = not self.done
-                self.ledger.record_frame(
-                    self.job_id, frame, size, digest, chunk=self.chunk, first=first,
+                recorded = self.ledger.record_frame(
+                    self.job_id, frame, size, digest, writer=self.writer, token=self.token,
+                    output_bytes=output_bytes, chunk=self.chunk, first=first,
                     frames_rendered=self.reused + len(self.done) + 1,
                 )  # fmt: skip
+                self.job_output_bytes = recorded.job_output_bytes
+                if not recorded.recorded:
+                    raise LeaseLost(f"frame {frame}: chunk {self.chunk} is another attempt's now")
                 self.done.append(frame)
             except Exception as exc:  # reported after Blender ends
                 log.exception("upload of frame %d failed", frame)
@@ -184,7 +267,9 @@ class FrameUploader:
         """Every recorded frame's thumbnail is uploaded; the first one's time is the job's too.
         Neither fails the chunk: its frame is stored and recorded."""
         try:
-            uploaded = thumb is not None and thumbnail.upload(self.store, self.job_id, frame, thumb)
+            uploaded = thumb is not None and thumbnail.upload(
+                self.store, self.job_id, frame, self.writer, thumb
+            )
             if uploaded and first:  # the job keeps the earliest
                 when = f"{time.time():.3f}"
                 self.ledger.job_field_once(self.job_id, "first_thumbnail_at", when)
@@ -216,14 +301,14 @@ def frames_to_render(
     ctx: WorkerContext,
     job_id: str,
     frames: list[int],
-    records: dict[int, tuple[int, str]],
+    records: dict[int, FrameRecord],
 ) -> list[int]:
     """Skip frames whose verified record exists and whose object is in the store at that size.
     `records`: the frames' records (ChunkAttempt.records: the claim brought them back)."""
     todo = []
     for frame in frames:
         record = records.get(frame)
-        if record and ctx.store.size(keys.frame_key(job_id, frame)) == record[0]:
+        if record and ctx.store.size(keys.frame_key(job_id, frame, record.writer)) == record[0]:
             continue
         todo.append(frame)
     return todo

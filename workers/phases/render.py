@@ -29,7 +29,13 @@ from workers.host.box import render_box
 from workers.host.serving import Ready
 from workers.host.warm import Start, WarmPool
 from workers.phases import autochunk
-from workers.phases.frames import FrameUploader, frames_to_render, kept, write_permit
+from workers.phases.frames import (
+    FrameUploader,
+    OutputCaps,
+    frames_to_render,
+    kept,
+    write_permit,
+)
 from workers.phases.scene_tree import build_tree, tree_remap
 from workers.phases.source import fetch_source
 
@@ -66,7 +72,9 @@ def _render_frames(attempt: ChunkAttempt, started: float, todo: list[int]) -> Ou
     scene = build_tree(ctx, job) if spec.assets_key else fetch_source(ctx, job["source_key"])
     fetched_s = time.monotonic() - started
     uploader = FrameUploader(
-        ctx.store, ctx.ledger, job_id, index, reused=len(frames) - len(todo),
+        ctx.store, ctx.ledger, job_id, index, attempt.claim, attempt.token,
+        caps=OutputCaps.from_settings(ctx.settings),
+        job_output_bytes=int(job.get("file_output_bytes", 0)), reused=len(frames) - len(todo),
         kept_until=lambda: attempt.keeper.split_last,
     )  # fmt: skip
     saved_s: list[float] = []

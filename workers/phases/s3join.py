@@ -237,10 +237,12 @@ def assemble(
     upload_id: str = "",
     numbers: Sequence[int] = (),
     done: Mapping[int, str] | None = None,
-) -> None:
-    """Make object `key` as `the_plan` lays it out; on any failure the upload is aborted (no
-    parts left behind) and the error goes on. `upload_id`: the job's early upload, where each
-    piece goes in its part of `numbers` and `done` (part number: ETag) are there already."""
+) -> bool:
+    """Make object `key` as `the_plan` lays it out, only where it holds no object yet: False
+    (the upload aborted) when one was there, which stays: the delivered output is written once,
+    by the stitch that won. On any failure the upload is aborted (no parts left behind) and the
+    error goes on. `upload_id`: the job's early upload, where each piece goes in its part of
+    `numbers` and `done` (part number: ETag) are there already."""
     upload_id = upload_id or store.create_multipart(key)
     numbers = list(numbers) or list(range(1, len(the_plan.pieces) + 1))
     done = done or {}
@@ -258,13 +260,20 @@ def assemble(
             )
         ]
         etags = [first.result(), *(c.result() for c in copies)]
-        store.complete_multipart(key, upload_id, etags, numbers)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         abort_upload(store, key, upload_id)
         raise
     finally:
         pool.shutdown(wait=True)
+    try:
+        store.complete_multipart(key, upload_id, etags, numbers, only_new=True)
+    except BaseException as exc:
+        abort_upload(store, key, upload_id)
+        if isinstance(exc, ObjectChanged):  # an earlier stitch of the job delivered it: it stays
+            return False
+        raise
+    return True
 
 
 def assemble_job(
@@ -274,20 +283,21 @@ def assemble_job(
     *,
     early_upload: str,
     early: tuple[list[int], dict[int, str]] | None,
-) -> None:
+) -> bool:
     """`assemble` into the job's early upload where its parts fit the plan (`early`, as
     early_parts gives them), else into a new one; an early upload that does not fit, or
-    fails, is aborted."""
+    fails, is aborted. False: `key` held an object already (assemble)."""
     if early_upload and early is not None:
         numbers, done = early
         try:
-            assemble(store, the_plan, key, upload_id=early_upload, numbers=numbers, done=done)
-            return
+            return assemble(
+                store, the_plan, key, upload_id=early_upload, numbers=numbers, done=done
+            )
         except FarmError as exc:  # aborted by assemble: an upload of its own, from scratch
             log.warning("the early upload of %s failed (%s); joining anew", key, exc)
     elif early_upload:
         abort_upload(store, key, early_upload)
-    assemble(store, the_plan, key)
+    return assemble(store, the_plan, key)
 
 
 def abort_upload(store: Store, key: str, upload_id: str) -> None:

@@ -16,10 +16,12 @@ from farm.blender import command as blender
 from farm.core import keys
 from farm.core.errors import FramesMissing, NotHere, ObjectMissing, PermanentError
 from farm.core.spec import fps_fraction
+from farm.ledger import FrameRecord
 from farm.media.ffgraph import SOFTWARE, EncodeSettings, choose_encoder, frames_to_segment_argv
 from farm.media.probe import probe_streams
 from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import ChunkAttempt, Outcome, segment_manifest
+from workers.host.box import media_box
 from workers.phases import s3join
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ def gather_frames(
     job_id: str,
     frames: list[int],
     seq_dir: Path,
-    records: dict[int, tuple[int, str]],
+    records: dict[int, FrameRecord],
 ) -> list[dict[str, object]]:
     """Lay the chunk's frames out as 000000.png… for ffmpeg: the local copy this worker rendered
     when its checksum matches the ledger's record, else a download from the store. `records`:
@@ -51,7 +53,8 @@ def gather_frames(
         record = records.get(frame)
         if record is None:
             raise FramesMissing(f"frame {frame} has no record in the ledger; rendering it again")
-        size, digest = record
+        size, digest, writer = record
+        key = keys.frame_key(job_id, frame, writer)  # the recorded writer's, never a stale one's
         target = seq_dir / f"{n:06d}.png"
         local = blender.preview_file(rendered, frame)  # display-referred, for the video
         # The box wrote `local`: what is checked is the link, never what `local` points to.
@@ -59,7 +62,7 @@ def gather_frames(
         if not (mine and target.stat().st_size == size and sha256_file(target) == digest):
             target.unlink(missing_ok=True)
             try:
-                ctx.store.get_file(keys.frame_key(job_id, frame), target)
+                ctx.store.get_file(key, target)
             except ObjectMissing as exc:
                 # Gone from the store (expired by the lifecycle rule, deleted): no retry of the
                 # download brings it back; the render does.
@@ -72,9 +75,7 @@ def gather_frames(
                 raise FramesMissing(
                     f"frame {frame} in the store does not match its checksum; rendering it again"
                 )
-        entries.append(
-            {"frame": frame, "key": keys.frame_key(job_id, frame), "size": size, "sha256": digest}
-        )
+        entries.append({"frame": frame, "key": key, "size": size, "sha256": digest})
     return entries
 
 
@@ -134,9 +135,11 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
         settings=settings,
         frame_count=len(frames),
     )
-    attempt.run_child(argv, what=f"ffmpeg ({settings.encoder})")
+    # The frames were written by the scene's box: ffmpeg reads them in one of its own.
+    box = media_box(ctx.settings, writable=(attempt.workspace,), gpu=settings.is_nvenc)
+    attempt.run_child(argv, what=f"ffmpeg ({settings.encoder})", box=box)
     encoded_s = time.monotonic() - started - gathered_s
-    info = probe_streams(ctx.settings.ffprobe, segment)
+    info = probe_streams(ctx.settings.ffprobe, segment, box)
     if info.frames != len(frames):
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
     attempt.check_lease("before the upload")

@@ -28,6 +28,7 @@ from farm.media.join import check_tables, join_segments, probe_joined
 from farm.media.mp4track import CannotJoin
 from farm.media.probe import Streams
 from workers.attempt.context import WorkerContext
+from workers.host.box import media_box
 from workers.phases import s3join
 from workers.phases.s3join import UNJOINABLE
 
@@ -148,6 +149,7 @@ def stitch_frames(
             return in_store
         out = work / f"output.{spec.codec.container}"
         fps = fps_fraction(spec.fps)
+        box = media_box(ctx.settings, writable=(work,))  # ffmpeg and ffprobe: this folder alone
         with fetching(ctx, refs, work) as paths:
             joined = join_segments(
                 paths=paths,
@@ -159,9 +161,10 @@ def stitch_frames(
                     out=out,
                     frames=spec.frames.count,
                 ),
+                box=box,
             )
         join_s = time.monotonic() - started  # manifests, downloads and the join they overlap
-        info = probe_joined(ctx.settings.ffprobe, out, joined, spec.frames.count, fps)
+        info = probe_joined(ctx.settings.ffprobe, out, joined, spec.frames.count, fps, box)
         check_streams(info, spec)
         output_key = deliver(
             ctx, job_id, out, started, fetch_join_s=round(join_s, 3), stitch_join=joined.method
@@ -200,7 +203,10 @@ def stitch_in_store(
             fields=[chunks.get(r.index, {}).get(EARLY_PART, "") for r in refs],
             total=spec.frames.count,
         )
-    s3join.assemble_job(ctx.store, plan, output_key, early_upload=early_upload, early=early)
+    if not s3join.assemble_job(
+        ctx.store, plan, output_key, early_upload=early_upload, early=early
+    ):  # an earlier stitch of the job made it and ended before it was recorded: checked below
+        log.info("%s is in the store already; checking it, never replacing it", output_key)
     join_s = time.monotonic() - started
     try:
         info = s3join.probe_object(
@@ -260,12 +266,30 @@ def stitch_workspace(ctx: WorkerContext, job_id: str) -> Iterator[Path]:
 def deliver(
     ctx: WorkerContext, job_id: str, out: Path, started: float, **fields: float | str
 ) -> str:
-    """Upload the verified deliverable and mark the job done (`fields`: how the join went);
-    returns its key."""
+    """Upload the verified deliverable, once: a stitch never replaces one in the store, and
+    one that finds it there (an earlier stitch of the job ended before it was recorded) takes
+    it only as these very bytes. Marks the job done (`fields`: how the join went); returns its
+    key."""
     output_key = keys.output_key(job_id, out.suffix.lstrip("."))
-    ctx.store.put_file(output_key, out)
+    if not ctx.store.put_file_once(output_key, out):
+        check_delivered(ctx, output_key, out)
     mark_done(ctx, job_id, output_key, out.stat().st_size, started, **fields)
     return output_key
+
+
+def check_delivered(ctx: WorkerContext, output_key: str, out: Path) -> None:
+    """The deliverable found at `output_key` is `out`, byte for byte (read back once: a stitch
+    retried after a crash is rare); else the job fails, naming the object to remove."""
+    present = out.with_name(out.name + ".present")
+    ctx.store.get_file(output_key, present)
+    try:
+        if sha256_file(present) != sha256_file(out):
+            raise PermanentError(
+                f"{output_key} is in the store already and is not this stitch's video; the "
+                "farm never replaces a delivered output: remove it, then `farm retry` the job"
+            )
+    finally:
+        present.unlink(missing_ok=True)
 
 
 def mark_done(

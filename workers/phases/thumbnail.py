@@ -19,11 +19,12 @@ from workers.host.box import open_boxed
 log = logging.getLogger(__name__)
 
 
-def upload(store: Store, job_id: str, frame: int, path: Path) -> bool:
-    """Store the frame's thumbnail; False (logged) when that failed."""
+def upload(store: Store, job_id: str, frame: int, writer: str, path: Path) -> bool:
+    """Store the frame's thumbnail under its writer's name (keys.thumb_key); False (logged)
+    when that failed."""
     try:
         with open_boxed(path) as fh:  # the box wrote it: never a link to a host file
-            store.put_open(keys.thumb_key(job_id, frame), fh, intermediate=True)
+            store.put_open(keys.thumb_key(job_id, frame, writer), fh, intermediate=True)
         return True
     except (FarmError, OSError) as exc:
         log.warning("no thumbnail of frame %d: %s", frame, exc)
