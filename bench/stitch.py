@@ -85,7 +85,7 @@ def measure(n: int, seg_dir: Path, work: Path, frames: int, repeats: int) -> dic
     out = work / f"out-{n}.mp4"
     copies = work / f"cp-{n}"
     methods: set[str] = set()
-    box = media_box(Settings(), writable=(work,))  # as the stitch task runs them
+    box = media_box(Settings(), writable=(work,), readable=(seg_dir,))  # as the stitch runs them
 
     def join(skip: str = "") -> JoinResult:
         result = join_segments(

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -66,16 +65,9 @@ class LocalFarm:
         """The farm's settings with the admin's Redis user and store keys (from secrets.json):
         tests read and change the ledger and the store as an operator would, not as the CLI's
         role (farm.core.roles)."""
-        from farm.adapters.settings import load_settings
-        from farm.control.local import farm_secrets, farm_settings
-        from farm.core.roles import Role
+        from farm.control.local import admin_settings
 
-        cli = load_settings(env={}, config_path=self.config)
-        ports = {"redis": urlsplit(cli.redis_url).port, "s3": urlsplit(cli.s3_endpoint).port}
-        ports |= {"flower": urlsplit(cli.flower_url).port, "web": urlsplit(cli.web_url).port}
-        tls_files = (Path(cli.ca_file), Path(cli.tls_cert_file), Path(cli.tls_key_file))
-        return farm_settings(cli, self.data, ports, farm_secrets(self.data),
-                             tls_files if cli.ca_file else None, role=Role.ADMIN)  # fmt: skip
+        return admin_settings(self.data, self.config)
 
     def store(self) -> Any:
         from farm.adapters.store import Store

@@ -28,10 +28,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from farm.adapters import cpus, proc, tls, weedsec
 from farm.adapters.private import private_dir, write_private
-from farm.adapters.settings import Settings, save_settings
+from farm.adapters.settings import Settings, load_settings, save_settings
 from farm.adapters.store import Store
 from farm.core import roles
 from farm.core.errors import ConfigError, FarmError, UnreachableError
@@ -392,6 +393,19 @@ def farm_settings(
 def role_config(data: Path, role: Role) -> Path:
     """Where `farm up` keeps the config file of the processes it starts in `role`."""
     return data / "roles" / f"{role}.json"
+
+
+def admin_settings(data: Path, config: Path) -> Settings:
+    """An operator's settings for the farm in `data`: the cli role's config file (`config`, as
+    `farm up` wrote it) with the admin's Redis user and store keys from `data`/secrets.json, for
+    whoever must change the ledger or the store beyond a role's rights (tests, benchmarks)."""
+    cli = load_settings(env={}, config_path=config)
+    urls = {"redis": cli.redis_url, "s3": cli.s3_endpoint, "flower": cli.flower_url}
+    ports = {name: urlsplit(url).port or 0 for name, url in (urls | {"web": cli.web_url}).items()}
+    tls_files = (Path(cli.ca_file), Path(cli.tls_cert_file), Path(cli.tls_key_file))
+    return farm_settings(
+        cli, data, ports, farm_secrets(data), tls_files if cli.ca_file else None, role=Role.ADMIN
+    )
 
 
 def write_role_configs(

@@ -63,14 +63,17 @@ _BROKER_KEYS = (
     *(f"{queue}*" for queue in Queue),  # the queues, one list per priority step each
     "*.celery.pidbox*",  # each worker's broadcast commands, and the replies (ping, cancel)
     "celeryev.*",  # the queue an event receiver (Flower, `celery events`) declares
+    # Celery's result backend: the farm's tasks keep no result, but a task a studio adds
+    # (FARM_WORKER_INCLUDE) may, and its sender waits on it.
+    "celery-task-meta-*",
 )
 _CONSUMER_KEYS = ("unacked*",)
 """kombu's record of delivered, unacknowledged messages: consumers keep it and bring back what
 outlived its visibility (the workers, and Flower, which consumes Celery's events); the reconciler
 reads it for lost messages (farm.ledger.fleet). The CLI only sends, and never touches it."""
-_CHANNELS = (f"{REDIS_PREFIX}:wake:*", "/0.celeryev/*", "/0.celery.pidbox")
+_CHANNELS = (f"{REDIS_PREFIX}:wake:*", "/0.celeryev/*", "/0.celery.pidbox", "celery-task-meta-*")
 """The ledger's wake-ups, Celery's events and its broadcast commands (kombu's fanout channels
-on database 0, the farm's)."""
+on database 0, the farm's), and the result backend's announcements of kept results."""
 _WORKER_LEDGER = tuple(
     f"{REDIS_PREFIX}:{name}"
     for name in (
