@@ -229,16 +229,31 @@ def cancel(ctx: click.Context, job_id: str) -> None:
     default=None,
     help="A fixed .blend to render the remaining frames from.",
 )
+@click.option(
+    "--allow-path",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="With --scene: upload files the fixed scene uses from this folder too (repeatable), as "
+    "at submit.",
+)
 @click.pass_context
-def retry(ctx: click.Context, job_id: str, every_unfinished: bool, scene: Path | None) -> None:
+def retry(
+    ctx: click.Context,
+    job_id: str,
+    every_unfinished: bool,
+    scene: Path | None,
+    allow_path: tuple[Path, ...],
+) -> None:
     """Requeue a failed or cancelled job's chunks; frames already done are reused."""
     from farm.control.jobs import check_retry, reopen
 
     settings = command_settings(ctx).require_farm()
+    if allow_path and scene is None:
+        raise click.UsageError("--allow-path is for --scene: the files a fixed scene uses")
     fixed = None
     if scene is not None:
         check_retry(settings, job_id, every_unfinished=every_unfinished, scene=True)
-        fixed = (scene, *trace_fixed_scene(scene, ctx.meta["config_path"]))
+        fixed = (scene, *trace_fixed_scene(scene, ctx.meta["config_path"], allow_path))
     reopened = reopen(settings, job_id, every_unfinished=every_unfinished, fixed=fixed)
     for index, why in sorted(reopened.remade.items()):
         click.echo(f"chunk {index} is made again: {why}")

@@ -287,15 +287,18 @@ def _refuse_flags_of_the_other_kind(ctx: click.Context, kind: object, path: Path
         )
 
 
-def trace_fixed_scene(path: Path, config: Path | None) -> tuple[SceneInfo, Traced]:
+def trace_fixed_scene(
+    path: Path, config: Path | None, allow_paths: tuple[Path, ...] = ()
+) -> tuple[SceneInfo, Traced]:
     """`farm retry --scene`: the fixed scene read (its settings and Blender version) and traced
-    (every file it uses, uploaded beside it as at submit, from the folders the settings allow);
-    SpecError for a damaged file or private files."""
+    (every file it uses, uploaded beside it as at submit, from the folders `--allow-path` and
+    the settings allow); SpecError for a damaged file or private files."""
     from farm.adapters.settings import load_settings
     from farm.blender.assets import Sources, read_and_trace
 
     check_scene_path(path)
-    return read_and_trace(path, Sources.of(load_settings(config_path=config), config=config))
+    sources = Sources.of(load_settings(config_path=config), tuple(map(str, allow_paths)), config)
+    return read_and_trace(path, sources)
 
 
 def settings_text(settings: dict[str, dict[str, Any]]) -> str:

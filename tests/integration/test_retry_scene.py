@@ -86,6 +86,16 @@ def test_a_fixed_scene_brings_its_files_into_the_jobs_tree(
     shutil.copy(TEXTURED, fixed)
     info, traced = trace_fixed_scene(fixed, None)
     assert traced.manifest.assets  # the texture beside it
+    # A fixed scene whose textures live elsewhere takes the same --allow-path as at submit.
+    shot = tmp_path / "shot"
+    shot.mkdir()
+    shutil.copy(TEXTURED, shot / "fixed.blend")
+    for folder in ("tex", "lib"):  # links out of the shot's folder, followed and checked
+        (shot / folder).symlink_to(tmp_path / folder)
+    with pytest.raises(SpecError, match="--allow-path"):
+        trace_fixed_scene(shot / "fixed.blend", None)
+    _, elsewhere = trace_fixed_scene(shot / "fixed.blend", None, (tmp_path,))
+    assert len(elsewhere.manifest.assets) == len(traced.manifest.assets)
 
     reopened = reopen(_settings(redis_url, store), "j2", every_unfinished=True,
                       fixed=(fixed, info, traced))  # fmt: skip
@@ -143,7 +153,7 @@ def test_a_retry_that_will_be_refused_reads_no_scene(
     _job(ledger, "j3")
     ledger.move_job("j3", JobState.RUNNING)
     traced: list[Path] = []
-    monkeypatch.setattr(cli, "trace_fixed_scene", lambda path, config: traced.append(path))
+    monkeypatch.setattr(cli, "trace_fixed_scene", lambda path, *_: traced.append(path))
     env = {"FARM_REDIS_URL": redis_url, "FARM_S3_ENDPOINT": "http://127.0.0.1:1",
            "FARM_CONFIG": str(tmp_path / "none.json")}  # fmt: skip
     done = CliRunner().invoke(cli.cli, ["retry", "j3", "--scene", str(TEXTURED)], env=env)
