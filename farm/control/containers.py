@@ -48,7 +48,8 @@ PORTS = {"redis": 6379, "s3": 8333, "flower": 5555, "web": 8090}
 """Each published service and its port inside the container."""
 CARRIED = (
     "shutdown_grace_s", "lease_s", "reconcile_interval_s", "max_lost_leases",
-    "render_memory_limit_mb",
+    "render_memory_limit_mb", "file_output_frame_max_bytes", "file_output_job_max_bytes",
+    "log_max_bytes",
 )  # fmt: skip
 """Settings of this host's that the containers take on (docker-compose.yml's x-farm-env names
 each, with the farm's default)."""
@@ -266,6 +267,11 @@ def _variable(secret: str) -> str:
     return f"FARM_{secret.upper()}"
 
 
+def _number(value: float) -> str:
+    """A setting's number as compose passes it on: 30 not 30.0, 2147483648 not 2.14748e+09."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _env_file(farm: ContainerFarm, keys: dict[str, str], base: Settings) -> str:
     """docker-compose.yml's variables: compose reads them on this host to fill in each service's
     own environment, so a container holds only what its service names (its role's credentials,
@@ -279,7 +285,7 @@ def _env_file(farm: ContainerFarm, keys: dict[str, str], base: Settings) -> str:
         "FARM_WEBHOOK_SECRET": base.webhook_secret or keys["webhook_secret"],
         "FARM_NOTIFY_URL": base.notify_url,
         "FARM_WEBHOOK_ALLOW": base.webhook_allow,
-        **{f"FARM_{name.upper()}": f"{getattr(base, name):g}" for name in CARRIED},
+        **{f"FARM_{name.upper()}": _number(getattr(base, name)) for name in CARRIED},
         "FARM_IMDS_URL": "off",  # no instance metadata service off EC2: no spot watcher to run
         **{f"FARM_{name.upper()}_PORT": str(port) for name, port in farm.ports.items()},
         **{name: os.environ[name] for name in PASSED if os.environ.get(name)},

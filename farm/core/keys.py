@@ -85,7 +85,7 @@ def frame_folder(frame: int, writer: str | None) -> str:
     return "" if writer is None else f"{frame:06d}.c{writer}/"
 
 
-_FRAME_FOLDER = re.compile(r"(\d{6})\.c(\d+-\d+)")
+_FRAME_FOLDER = re.compile(r"(\d{6,})\.c(\d+-\d+)")  # frames past 999,999 take 7 digits
 
 
 def in_frame_folder(key: str, prefix: str) -> tuple[int, str, str] | None:

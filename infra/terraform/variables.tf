@@ -143,7 +143,7 @@ variable "tags" {
 }
 
 variable "write_once_keys" {
-  description = "Key patterns in the bucket (e.g. jobs/*/manifests/*) that every role may create only with If-None-Match: *, so no writer replaces what is there. Name one only once every writer of it sends the header (docs/design/security.md); empty: none enforced."
+  description = "Key patterns in the bucket that every role may create only with If-None-Match: *, so no writer replaces what is there. Name one only once every writer of it sends the header (docs/design/security.md): the stitch writes a job's delivered output so (Store.put_file_once, the store-side join's completion)."
   type        = list(string)
-  default     = []
+  default     = ["jobs/*/output.*"]
 }
