@@ -65,7 +65,7 @@ class LocalFarm:
         """The farm's settings with the admin's Redis user and store keys (from secrets.json):
         tests read and change the ledger and the store as an operator would, not as the CLI's
         role (farm.core.roles)."""
-        from farm.control.local import admin_settings
+        from farm.control.credentials import admin_settings
 
         return admin_settings(self.data, self.config)
 

@@ -26,11 +26,10 @@ from farm.adapters.private import private_dir, write_private
 from farm.adapters.settings import Settings, save_settings
 from farm.adapters.store import Store
 from farm.control import images
+from farm.control.credentials import farm_secrets, farm_settings
 from farm.control.local import (
     Farm,
     enough,
-    farm_secrets,
-    farm_settings,
     free_port,
     http_answers,
     port_free,

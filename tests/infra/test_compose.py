@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from farm.adapters.settings import Settings, load_settings
-from farm.control import containers, images, local
+from farm.control import containers, credentials, images
 
 from .commands import check_farm_argv
 from .tfdoc import COMPOSE_FILE, DOCKERFILE, REPO, TERRAFORM_DIR
@@ -282,7 +282,7 @@ def test_farm_up_containers_carries_each_tuning_variable(tmp_path: Path) -> None
     assert {f"FARM_{name.upper()}" for name in carried} == set(tuning) - {"FARM_IMDS_URL"}, (
         f"CARRIED {carried} against x-farm-env's tuning {tuning}"
     )
-    keys = local.farm_secrets(tmp_path)
+    keys = credentials.farm_secrets(tmp_path)
     host = Settings(lease_s=45, max_lost_leases=9, imds_url="http://10.0.0.1")
     farm = containers.ContainerFarm(data=tmp_path, ports=dict(containers.PORTS))
     written = dict(
