@@ -1,3 +1,4 @@
 """The control plane's work: submitting jobs (jobs, estimate), the reconciler and completion gate
 (reconcile), webhooks, the census behind metrics, and the local farm that `farm up` starts
-(local, containers; the credentials of each role: credentials). Talks to workers only through the ledger and Celery messages, never by import."""
+(local, containers, and each role's credentials: credentials). Talks to workers only through the
+ledger and Celery messages, never by import."""
