@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import socket
 import ssl
@@ -173,9 +174,10 @@ def _start_redis(
             f"port 0\ntls-port {farm.ports['redis']}\ntls-cert-file {cert}\n"
             f"tls-key-file {key}\ntls-ca-cert-file {ca}\ntls-auth-clients no\n"
         )
+    nobodys = roles.password_rule(secrets.token_urlsafe(32))  # the default user's: no one's
     write_private(
         conf,
-        f"bind {HOST}\n{listen}{roles.redis_conf_users(role_password_rules(keys))}"
+        f"bind {HOST}\n{listen}{roles.redis_conf_users(role_password_rules(keys), nobodys)}"
         f'appendonly yes\nappendfsync everysec\nsave ""\ndir {redis_quoted(str(redis_dir))}\n'
         "protected-mode yes\nmaxmemory-policy noeviction\n",
     )

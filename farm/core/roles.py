@@ -124,20 +124,27 @@ def redis_acl(role: Role, password: str) -> str:
     return " ".join(("user", str(role), "on", password, "resetkeys", "resetchannels", *rules))
 
 
-def redis_conf_users(passwords: dict[Role, str]) -> str:
+def redis_conf_users(passwords: dict[Role, str], nobodys: str) -> str:
     """The `user` lines of every role (each password an ACL password rule), and the `default`
-    user off: a connection that names no user can do nothing. It has no password rather than
-    `nopass`: Redis's protected mode refuses every client from another host while the default
-    user is `nopass`, even one that is off (the containers reach Redis over their network)."""
-    lines = ["user default off resetpass resetkeys resetchannels -@all"]
+    user behind `nobodys` password rule: a password made at each start and given to no one (a
+    hash of random bytes), so a connection that names no user, or only the farm's first
+    password, is refused. The default user keeps every right all the same: Redis 7.0 replays
+    the append-only file's transactions (each of the ledger's scripts) as the default user, and
+    one without the rights drops every one of them on a restart (NOPERM at EXEC), which lost a
+    running job's ledger. Never `nopass`: Redis's protected mode then refuses every client from
+    another host (the containers reach Redis over their network)."""
+    lines = [f"user default on {nobodys} resetkeys resetchannels ~* &* +@all"]
     lines += [redis_acl(role, password) for role, password in passwords.items()]
     return "\n".join(lines) + "\n"
 
 
 def redis_image_users() -> str:
     """infra/images/redis/users.acl: every role's user with `@ROLE_SHA256@` where its password's
-    SHA-256 goes; the farm-redis image's entrypoint fills them in from REDIS_PASSWORD_<ROLE>."""
-    return redis_conf_users({role: f"#@{role.upper()}_SHA256@" for role in Role})
+    SHA-256 goes; the farm-redis image's entrypoint fills them in from REDIS_PASSWORD_<ROLE>, and
+    the default user's `@NOBODYS_SHA256@` with the hash of random bytes."""
+    return redis_conf_users(
+        {role: f"#@{role.upper()}_SHA256@" for role in Role}, "#@NOBODYS_SHA256@"
+    )
 
 
 # ── The store ─────────────────────────────────────────────────────────────────────────────────

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from farm.core import keys
 from tests.conftest import ROOT, LocalFarm, ffprobe
 
 TEXTURED = ROOT / "scenes" / "textured.blend"
@@ -53,8 +54,10 @@ def test_textured_scene_renders_with_its_own_settings_and_files(
     assert (settings["samples"]["value"], settings["camera"]["value"]) == (4, "ShotCam")
 
     job_id = summary["id"]
-    frames = local_farm.store().keys(f"jobs/{job_id}/frames/")
-    assert [int(Path(k).stem) for k in frames] == list(range(11, 36))
+    records = local_farm.ledger().frame_records(job_id)  # each frame's writer: its claim
+    assert sorted(records) == list(range(11, 36))
+    stored = set(local_farm.store().keys(f"jobs/{job_id}/frames/"))
+    assert {keys.frame_key(job_id, f, r.writer) for f, r in records.items()} <= stored
     manifest = local_farm.store().get_json(f"jobs/{job_id}/assets.json")
     assert [a["path"] for a in manifest["assets"]] == ["lib/prop.blend", "tex/checker.png"]
 

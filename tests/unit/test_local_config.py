@@ -53,10 +53,11 @@ def test_the_redis_images_users_are_the_roles_users() -> None:
     assert all(f"#@{role.upper()}_SHA256@ " in shipped for role in Role)
 
 
-def test_redis_users_name_each_password_by_its_hash_and_turn_the_default_user_off() -> None:
-    text = redis_conf_users({role: password_rule(f"pw-{role}") for role in Role})
-    assert "pw-" not in text
-    assert text.splitlines()[0].startswith("user default off ")
+def test_redis_users_name_each_password_by_its_hash_and_give_the_default_user_nobodys() -> None:
+    nobodys = password_rule("made at each start, given to no one")
+    text = redis_conf_users({role: password_rule(f"pw-{role}") for role in Role}, nobodys)
+    assert "pw-" not in text and "given to no one" not in text
+    assert text.splitlines()[0].startswith(f"user default on {nobodys} ")
     worker = next(line for line in text.splitlines() if line.startswith("user worker "))
     assert "-@dangerous" in worker and "-@admin" in worker and "~farm:* " not in worker
     assert "%R~farm:jobs " in worker and "~unacked*" in worker

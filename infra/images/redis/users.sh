@@ -11,5 +11,8 @@ for role in ADMIN CONTROL WORKER CLI; do
   sha=$(printf '%s' "$password" | sha256sum | cut -d ' ' -f 1)
   conf=$(printf '%s\n' "$conf" | sed "s/@${role}_SHA256@/$sha/")
 done
+# The default user's password is no one's: the hash of random bytes, made at each start.
+nobodys=$(head -c 32 /dev/urandom | sha256sum | cut -d ' ' -f 1)
+conf=$(printf '%s\n' "$conf" | sed "s/@NOBODYS_SHA256@/$nobodys/")
 printf '%s\n' "$conf" > /tmp/redis.conf
-unset password sha conf
+unset password sha conf nobodys
