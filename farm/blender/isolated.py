@@ -51,7 +51,8 @@ def run_isolated(
             child.join()
             raise SpecError(
                 f"{what}: reading the .blend file failed (the reader stopped with exit code "
-                f"{child.exitcode}); save the scene again, or raise FARM_BLEND_PARSE_MEMORY_MB"
+                f"{child.exitcode}, under a memory cap of {memory_bytes // (1024 * 1024):,} MiB); "
+                "save the scene again, or raise FARM_BLEND_PARSE_MEMORY_MB"
             ) from None
     finally:
         receive.close()
@@ -84,15 +85,20 @@ def _child(
     limit = int(Path("/proc/self/statm").read_text().split()[0]) * _PAGE + memory_bytes
     with contextlib.suppress(ValueError, OSError):  # a hard limit already lower: keep it
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # Room kept to say what happened: a read that ran out of memory leaves none to read
+    # /proc/self/status or to pickle the answer with, and the child then died without a word.
+    reserve: bytearray | None = bytearray(_RESERVE_BYTES)
     try:
         answer: tuple[str, Any] = ("ok", fn(*args))
     except Exception as exc:
+        reserve = None
         if _exhausted(exc, limit):
             answer = ("memory", None)
         elif isinstance(exc, FarmError):
             answer = ("error", exc)
         else:  # anything else in the reader is a damaged file, said plainly
             answer = ("error", SpecError(f"reading the .blend file failed: {exc!r}"))
+    del reserve
     try:
         send.send(answer)
     except MemoryError:
@@ -102,6 +108,7 @@ def _child(
 
 
 _NEAR_LIMIT_BYTES = 64 * 1024 * 1024
+_RESERVE_BYTES = 4 * 1024 * 1024
 
 
 def _exhausted(exc: BaseException, limit: int) -> bool:
