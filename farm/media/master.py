@@ -17,7 +17,6 @@ from pathlib import Path
 
 import ffmpeg
 
-from farm.adapters import proc
 from farm.adapters.sandbox import Box
 from farm.core.errors import PermanentError, Refused, SpecError
 from farm.core.sources import AudioStream, MasterInfo
@@ -164,13 +163,14 @@ def seek_points(probed: Probed, segment_frames: int) -> MasterInfo:
     return replace(info, seek_pts=tuple(seeks))
 
 
-def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path) -> Probed:
+def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path, box: Box | None = None) -> Probed:
     """Ask ffprobe about the file, then decode its first frame: a master must really play.
-    On the submitter's machine, unboxed: the whitelists keep ffprobe and ffmpeg to this one
-    file (no playlist entry, no URL, no other file is opened)."""
+    On the submitter's machine, in `box` (farm.media.probe.submit_box; None: unboxed), and the
+    whitelists keep ffprobe and ffmpeg to this one file (no playlist entry, no URL, no other
+    file is opened); a master that keeps either past its time limit is refused."""
     name = path.name
     source = probe.input_name(path)  # a name like `file:x.mp4` or `-x.mov` is that file
-    shown = proc.capture(probe.format_argv(ffprobe, source, MASTER_FORMATS), 120)
+    shown = probe.submit_capture(probe.format_argv(ffprobe, source, MASTER_FORMATS), 120, box, name)
     if shown.returncode != 0:
         container = refused_container(shown.stderr)
         if container:
@@ -180,14 +180,16 @@ def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path) -> Probed:
             f"{name}: not a .blend file, and not a video ffprobe can read ({reason}); "
             "encode jobs take a video master such as .mov, .mp4, .mkv or .mxf"
         )
-    packets = proc.capture(probe.packets_argv(ffprobe, source, MASTER_FORMATS), 1800)
+    packets = probe.submit_capture(
+        probe.packets_argv(ffprobe, source, MASTER_FORMATS), 1800, box, name
+    )
     probed = parse_master(name, shown.stdout, packets.stdout if packets.returncode == 0 else "")
     first_frame = (
         ffmpeg.input(source, **probe.whitelists(source, MASTER_FORMATS))
         .output("-", map="0:v:0", f="null", **{"frames:v": 1})
         .global_args("-v", "error", "-nostdin")
     )
-    decoded = proc.capture(first_frame.compile(cmd=ffmpeg_bin), 120)
+    decoded = probe.submit_capture(first_frame.compile(cmd=ffmpeg_bin), 120, box, name)
     if decoded.returncode != 0:
         reason = (decoded.stderr.strip().splitlines() or ["unknown error"])[-1]
         raise SpecError(f"{name}: its first video frame does not decode ({reason}); is it corrupt?")

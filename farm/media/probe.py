@@ -2,7 +2,8 @@
 
 Used for masters at submit (farm.media.master), segments and deliverables on workers (segment,
 transcode, stitch). ffprobe argv is built here by hand: ffmpeg-python's `probe()` runs the
-program itself, and farm.adapters.proc is the one place that runs programs.
+program itself, and farm.adapters.proc is the one place that runs programs. At submit as on a
+worker, ffprobe runs in a bubblewrap box (farm.adapters.boxes.media_box; `submit_box`).
 
 Every input ffmpeg or ffprobe opens is read with `whitelists`: the file protocol alone,
 and only the demuxers that input may be. A master is untrusted: a playlist (HLS, DASH, concat)
@@ -11,17 +12,25 @@ or a demuxer that opens other files or URLs would have the farm fetch them into 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
-from collections.abc import Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from farm.adapters import proc
+from farm.adapters.boxes import box_fault, host_box, media_box
 from farm.adapters.sandbox import Box, wrap
-from farm.core.errors import PermanentError
+from farm.adapters.settings import Settings
+from farm.core.errors import PermanentError, SpecError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,9 +158,57 @@ def packets_argv(ffprobe: str, path: str, formats: Sequence[str]) -> list[str]:
 def capture(
     argv: list[str], timeout_s: float, box: Box | None = None
 ) -> proc.CompletedProcess[str]:
-    """Run an ffprobe argv, inside `box` when one is given (a worker's; none at submit, or with
-    FARM_SANDBOX=off, where the whitelists alone keep it to its file)."""
+    """Run an ffprobe argv, inside `box` when one is given (a worker's, or the submit's; none
+    with FARM_SANDBOX=off or no bwrap at submit, where the whitelists alone keep it to its
+    file)."""
     return proc.capture(wrap(argv, box) if box is not None else argv, timeout_s)
+
+
+def submit_capture(
+    argv: list[str], timeout_s: float, box: Box | None, name: str
+) -> proc.CompletedProcess[str]:
+    """`capture` of the submit's ffprobe or ffmpeg on the master `name`: past `timeout_s` it is
+    killed and the master refused (SpecError), not a traceback."""
+    try:
+        return capture(argv, timeout_s, box)
+    except proc.Timeout:
+        program = Path(argv[0]).name
+        raise SpecError(
+            f"{name}: {program} did not finish reading it in {timeout_s:.0f} s, so it is not "
+            "taken as a master; check that it is one video file on a local disk"
+        ) from None
+
+
+@contextlib.contextmanager
+def submit_box(settings: Settings, master: Path) -> Iterator[Box | None]:
+    """The box the master is probed in at submit, on the submitter's machine, as a worker's
+    (media_box): no network, the master read-only, nothing writable but a temporary folder that
+    is removed after. None where no box can be made here (FARM_SANDBOX=off, no bwrap, or one
+    that cannot make a box), said once in a warning: the whitelists and time limits alone then
+    keep ffprobe and ffmpeg to the master's own file."""
+    unboxed = _why_unboxed(settings)
+    if unboxed:
+        log.warning(
+            "%s is probed without a box (%s): only ffprobe's whitelists and time limits keep "
+            "it to that file",
+            master.name,
+            unboxed,
+        )
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="farm-probe-") as home:
+        yield media_box(settings, writable=(Path(home),), readable=(master,))
+
+
+def _why_unboxed(settings: Settings) -> str:
+    """Why the submit's probe runs without a box, in a user's words; '' when it has one."""
+    if settings.sandbox == "off":
+        return "FARM_SANDBOX=off"
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bwrap is not installed on this machine; apt-get install bubblewrap boxes it"
+    fault = box_fault(host_box(bwrap, gpu=False))
+    return f"bwrap cannot make a box on this machine: {fault[-300:]}" if fault else ""
 
 
 def video_streams(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -187,7 +244,7 @@ def parse_streams(text: str, name: str = "the file") -> Streams:
 
 def probe_streams(ffprobe: str, path: Path, box: Box | None = None) -> Streams:
     """Read a file this farm made (a segment, a deliverable); unreadable is a permanent error.
-    `box`: where ffprobe runs (workers.host.box.media_box, `path` readable in it)."""
+    `box`: where ffprobe runs (farm.adapters.boxes.media_box, `path` readable in it)."""
     result = capture(streams_argv(ffprobe, input_name(path)), 600, box)
     if result.returncode != 0:
         raise PermanentError(f"ffprobe cannot read {path.name}: {result.stderr.strip()[-300:]}")

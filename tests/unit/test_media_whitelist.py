@@ -5,6 +5,7 @@ equality, and the container named when the whitelist refuses one)."""
 from __future__ import annotations
 
 import json
+import logging
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,8 +20,11 @@ from farm.media.probe import (
     FARM_FORMATS,
     MASTER_FORMATS,
     format_argv,
+    input_name,
     packets_argv,
     streams_argv,
+    submit_box,
+    submit_capture,
     whitelists,
 )
 from farm.media.transcode_graph import SegmentCut, mux_argv, segment_argv
@@ -144,3 +148,42 @@ def test_the_workers_ffmpeg_runs_boxed_without_network_on_its_own_folders(tmp_pa
     boxed = argv[argv.index("--") + 1 :]
     assert boxed[0] == "ffmpeg" and option(boxed, "-protocol_whitelist") == ["file"]
     assert media_box(Settings(sandbox="off"), writable=(work,)) is None
+
+
+def test_the_submits_probe_is_boxed_as_the_workers_with_a_temporary_home(tmp_path: Path) -> None:
+    """At submit: the master read-only, no network, no GPU, a temporary folder the only one
+    written (removed after), and the master's whitelists inside."""
+    master = tmp_path / "shots" / "master.mov"
+    with submit_box(Settings(), master) as box:
+        assert box is not None and box.devices == ()
+        home = box.writable[0]
+        assert home.is_dir() and home.name.startswith("farm-probe-")
+        argv = wrap(format_argv("ffprobe", input_name(master), MASTER_FORMATS), box)
+    assert not home.exists()
+    assert argv[0].endswith("bwrap") and "--unshare-all" in argv and "--share-net" not in argv
+    assert str(master) in option(argv, "--ro-bind") and option(argv, "--bind") == [str(home)]
+    boxed = argv[argv.index("--") + 1 :]
+    assert option(boxed, "-protocol_whitelist") == ["file"]
+    assert option(boxed, "-format_whitelist") == [MASTERS]
+
+
+def test_with_the_box_off_the_submits_probe_says_once_that_it_runs_unboxed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING),
+        submit_box(Settings(sandbox="off"), tmp_path / "m.mov") as box,
+    ):
+        assert box is None
+    said = [r.getMessage() for r in caplog.records if r.name == "farm.media.probe"]
+    assert said == [
+        "m.mov is probed without a box (FARM_SANDBOX=off): only ffprobe's whitelists and time "
+        "limits keep it to that file"
+    ]
+
+
+def test_a_probe_at_submit_past_its_time_limit_refuses_the_master_in_words() -> None:
+    """A master that keeps ffprobe reading (a stalled network mount, a crafted index) is killed
+    at the limit and refused with what to check, not a traceback."""
+    with pytest.raises(SpecError, match=r"^m\.mov: sleep did not finish reading it in 1 s"):
+        submit_capture(["sleep", "60"], 1, None, "m.mov")

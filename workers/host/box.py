@@ -1,5 +1,6 @@
 """The boxes a chunk's Blender and the worker's ffmpeg and ffprobe run in, from the worker's
-settings and what this host's bwrap can do (farm.adapters.sandbox builds the argv,
+settings and what this host's bwrap can do (farm.adapters.boxes tries it and builds media_box, the
+one the submit's probe of a master uses too; farm.adapters.sandbox builds the argv,
 farm.adapters.proc runs it).
 
 `sandbox = "bwrap"` (the default) refuses to render or encode when bwrap is missing: an untrusted
@@ -8,7 +9,6 @@ scene or master never meets Blender or ffmpeg unboxed unless the settings say `o
 
 from __future__ import annotations
 
-import functools
 import io
 import logging
 import os
@@ -16,24 +16,15 @@ import shutil
 import stat
 from pathlib import Path
 
-from farm.adapters import proc
-from farm.adapters.sandbox import (
-    SYSTEM_DIRS,
-    TMPFS_BYTES,
-    Box,
-    gpu_devices,
-    program_dirs,
-    tmpfs_trial,
-    userns_trial,
-    wrap,
-)
+from farm.adapters.boxes import box_fault, host_box, installed_bwrap
+from farm.adapters.boxes import media_box as media_box
+from farm.adapters.boxes import tmpfs_cap as tmpfs_cap
+from farm.adapters.boxes import userns_cap as userns_cap
+from farm.adapters.sandbox import Box, program_dirs
 from farm.adapters.settings import Settings
 from farm.core.errors import ConfigError, PermanentError
 
 log = logging.getLogger(__name__)
-
-TRIAL_TIMEOUT_S = 30.0
-"""A box around `true` starts in milliseconds; one still not done by then will not be."""
 
 
 def render_box(
@@ -57,68 +48,6 @@ def render_box(
     )
 
 
-def media_box(
-    settings: Settings,
-    *,
-    writable: tuple[Path, ...] = (),
-    readable: tuple[Path, ...] = (),
-    gpu: bool = False,
-) -> Box | None:
-    """The box the worker's ffmpeg and ffprobe run in: a master is untrusted like a scene (a
-    crafted file aimed at a demuxer's bugs), and segments and frames are made from untrusted
-    input. Writable: the step's own folder (HOME; the output goes there); readable: its inputs
-    (the master's local copy, the frames, the segments); `gpu`: the GPUs, for NVENC alone. No
-    network. None when the box is turned off (FARM_SANDBOX=off): the whitelists on every input
-    (farm.media.probe) still keep ffmpeg to local files, the master to its own file."""
-    if settings.sandbox == "off":
-        return None
-    found = (shutil.which(p) for p in (settings.ffmpeg, settings.ffprobe))
-    folders = {Path(p).resolve().parent for p in found if p}
-    # A build of its own (/srv/ffmpeg/bin) is read there; the system's are in the box already.
-    own = sorted(d for d in folders if not any(d.is_relative_to(s) for s in SYSTEM_DIRS))
-    return host_box(installed_bwrap(), writable=writable, readable=(*readable, *own), gpu=gpu)
-
-
-def installed_bwrap() -> str:
-    """The bwrap on PATH; PermanentError (the chunk fails, saying what to do) when there is none."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise PermanentError(
-            "bwrap is not installed, so this worker will not run a scene or read a master: "
-            "install bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host "
-            "that only takes scenes and masters you trust"
-        )
-    return bwrap
-
-
-def host_box(
-    bwrap: str,
-    *,
-    writable: tuple[Path, ...] = (),
-    readable: tuple[Path, ...] = (),
-    gpu: bool = True,
-) -> Box:
-    """A box over these folders with what this host's bwrap can do: its GPUs (unless not
-    `gpu`), a capped /tmp, no user namespaces inside."""
-    return Box(
-        writable=writable, readable=readable, devices=gpu_devices() if gpu else (), bwrap=bwrap,
-        tmpfs_bytes=tmpfs_cap(bwrap), no_userns=userns_cap(bwrap),
-    )  # fmt: skip
-
-
-@functools.cache
-def userns_cap(bwrap: str) -> bool:
-    """Whether this bwrap can keep a box from making user namespaces (Box.no_userns)."""
-    return proc.capture(userns_trial(bwrap), TRIAL_TIMEOUT_S).returncode == 0
-
-
-@functools.cache
-def tmpfs_cap(bwrap: str) -> int:
-    """TMPFS_BYTES where this bwrap can cap a tmpfs (`--size`, bubblewrap 0.7 and later), else 0:
-    Ubuntu 22.04's 0.6 would refuse every box with it."""
-    return TMPFS_BYTES if proc.capture(tmpfs_trial(bwrap), TRIAL_TIMEOUT_S).returncode == 0 else 0
-
-
 def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) -> None:
     """A worker that would run Blender or ffmpeg without a box, or on a host where no box can
     be made, refuses to start (ConfigError), rather than failing each chunk it takes (and with
@@ -133,15 +62,9 @@ def check_host(settings: Settings, queues: list[str], bwrap: str | None = None) 
             "install bubblewrap (apt-get install bubblewrap), or set FARM_SANDBOX=off on a host "
             "that only takes scenes and masters you trust"
         )
-    # A box as a chunk gets one, around `true`: a container without the rights bwrap needs
-    # (Docker's default seccomp and AppArmor profiles refuse its namespaces) fails here.
-    trial = host_box(bwrap)
-    try:
-        done = proc.capture(wrap(["true"], trial), TRIAL_TIMEOUT_S)
-        said = done.stderr.strip() or f"exit {done.returncode}"
-    except (OSError, PermanentError, proc.Timeout) as exc:  # PermanentError: bwrap is gone
-        done, said = None, str(exc)
-    if done is None or done.returncode != 0:
+    trial = host_box(bwrap)  # a box as a chunk gets one
+    said = box_fault(trial)
+    if said:
         raise ConfigError(
             f"bwrap cannot make a box on this host ({said[-300:]}), so this worker would fail "
             "every scene: in a container, run it as docker-compose.yml does (docker: "
