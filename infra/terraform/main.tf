@@ -52,6 +52,7 @@ module "secrets" {
   source      = "./modules/secrets"
   name        = var.name
   kms_key_arn = module.kms.key_arn
+  redis_users = module.broker.users
 }
 
 module "broker" {
@@ -60,7 +61,7 @@ module "broker" {
   subnet_ids        = var.private_subnet_ids
   security_group_id = module.network.redis_security_group_id
   kms_key_arn       = module.kms.key_arn
-  auth_token        = module.secrets.redis_auth_token
+  passwords         = module.secrets.redis_passwords
   node_type         = var.redis_node_type
   replicas          = var.redis_replicas
 }
@@ -72,7 +73,7 @@ module "iam" {
   account_id         = data.aws_caller_identity.current.account_id
   bucket_arn         = module.storage.bucket_arn
   kms_key_arn        = module.kms.key_arn
-  redis_secret_arn   = module.secrets.redis_auth_token_secret_arn
+  redis_secret_arns  = module.secrets.redis_secret_arns
   flower_secret_arn  = module.secrets.flower_secret_arn
   webhook_secret_arn = module.secrets.webhook_secret_arn
   ecr_repository_arn = var.ecr_repository_arn
@@ -90,7 +91,8 @@ module "control_plane" {
   instance_type         = var.control_plane_instance_type
   image                 = var.worker_image
   redis_host            = module.broker.primary_endpoint
-  redis_secret_arn      = module.secrets.redis_auth_token_secret_arn
+  redis_user            = module.broker.user_names["control"]
+  redis_secret_arn      = module.secrets.redis_secret_arns["control"]
   flower_secret_arn     = module.secrets.flower_secret_arn
   webhook_secret_arn    = module.secrets.webhook_secret_arn
   bucket_name           = module.storage.bucket_name
@@ -119,7 +121,8 @@ module "workers" {
   image                           = var.worker_image
   ecr_registry                    = local.ecr_registry
   redis_host                      = module.broker.primary_endpoint
-  redis_secret_arn                = module.secrets.redis_auth_token_secret_arn
+  redis_user                      = module.broker.user_names["worker"]
+  redis_secret_arn                = module.secrets.redis_secret_arns["worker"]
   bucket_name                     = module.storage.bucket_name
   metric_namespace                = "Farm"
   target_backlog_per_worker       = var.target_backlog_per_worker

@@ -4,13 +4,13 @@ output "bucket_name" {
 }
 
 output "redis_endpoint" {
-  description = "Redis primary endpoint (TLS on 6379; the AUTH token is in the secret below)."
+  description = "Redis primary endpoint (TLS on 6379; one user per role, each password in its secret below)."
   value       = module.broker.primary_endpoint
 }
 
-output "redis_auth_token_secret_arn" {
-  description = "Secrets Manager secret with the Redis AUTH token."
-  value       = module.secrets.redis_auth_token_secret_arn
+output "redis_secret_arns" {
+  description = "Secrets Manager secret with each role's Redis password, by role (the user is named as the role): cli for `farm submit`, admin for operators."
+  value       = module.secrets.redis_secret_arns
 }
 
 output "flower_tunnel" {

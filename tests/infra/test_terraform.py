@@ -140,18 +140,33 @@ def test_lifecycle_aborts_multipart_and_expires_intermediate_chunk_data(tf: TF) 
     assert all(rule["status"] == "Enabled" for rule in rules.values())
 
 
-def test_redis_is_encrypted_and_its_token_comes_from_secrets_manager(tf: TF) -> None:
+def test_redis_is_encrypted_and_its_users_passwords_come_from_secrets_manager(tf: TF) -> None:
     [(_, _, redis)] = list(blocks(tf, "resource", "aws_elasticache_replication_group"))
     assert redis["transit_encryption_enabled"] is True
     assert redis["at_rest_encryption_enabled"] is True
     assert redis["automatic_failover_enabled"] is True
-    assert redis["auth_token"] == "${var.auth_token}"
-    assert module_calls(tf)["broker"]["auth_token"] == "${module.secrets.redis_auth_token}"
-    [(_, _, version)] = [
-        b for b in blocks(tf, "resource", "aws_secretsmanager_secret_version") if b[1] == "redis"
-    ]
-    assert version["secret_string"] == "${random_password.redis.result}"
-    assert "auth_token" not in variables(tf), "the token must never be a root variable"
+    assert redis["user_group_ids"] == ["${aws_elasticache_user_group.farm.user_group_id}"]
+    assert "auth_token" not in redis, "one token for every role: the users replace it"
+    [(_, _, user)] = list(blocks(tf, "resource", "aws_elasticache_user"))
+    assert one(user, "authentication_mode")["passwords"] == ["${var.passwords[each.key]}"]
+    calls = module_calls(tf)
+    assert calls["broker"]["passwords"] == "${module.secrets.redis_passwords}"
+    assert calls["secrets"]["redis_users"] == "${module.broker.users}"
+    [(_, _, version)] = list(blocks(tf, "resource", "aws_secretsmanager_secret_version"))
+    assert version["secret_string"] == "${local.values[each.key]}"
+    assert not {"auth_token", "passwords"} & set(variables(tf)), "never a root variable"
+
+
+def test_every_secret_is_one_for_each_instance_under_the_farms_key(tf: TF) -> None:
+    [(_, _, secret)] = list(blocks(tf, "resource", "aws_secretsmanager_secret"))
+    assert secret["for_each"] == "${local.secrets}"
+    assert secret["name"] == "${var.name}/${each.key}"
+    assert secret["kms_key_id"] == "${var.kms_key_arn}"
+    # Flower's and the webhook's secrets, one block each before, keep their state.
+    moved = {(m["from"], m["to"]) for m in tf[Path("modules/secrets/main.tf")]["moved"]}
+    for name, key in (("flower", "flower-basic-auth"), ("webhook", "webhook-signing-key")):
+        for type_ in ("aws_secretsmanager_secret", "aws_secretsmanager_secret_version"):
+            assert (f"${{{type_}.{name}}}", f'${{{type_}.farm["{key}"]}}') in moved
 
 
 def test_user_data_reads_secrets_at_boot_and_never_embeds_them() -> None:
@@ -229,9 +244,9 @@ def test_example_variables_exist_and_keep_spot_only_default(tf: TF) -> None:
     assert values["on_demand_base_capacity"] == 0
 
 
-def test_each_host_reads_only_its_roles_secrets() -> None:
-    """A worker (which runs untrusted scenes) never fetches Flower's password or the webhook
-    key; the control plane fetches its three."""
+def test_each_host_reads_only_its_roles_secrets(tf: TF) -> None:
+    """A worker (which runs untrusted scenes) never fetches Flower's password, the webhook key
+    or another role's Redis password; the control plane fetches its three."""
     secret_ids = re.compile(r"--secret-id '\$\{(\w+)\}'")
     read = {
         module: set(
@@ -243,5 +258,13 @@ def test_each_host_reads_only_its_roles_secrets() -> None:
         "workers": {"redis_secret_arn"},
         "control_plane": {"redis_secret_arn", "flower_secret_arn", "webhook_secret_arn"},
     }
+    calls = module_calls(tf)
+    for module, role in (("workers", "worker"), ("control_plane", "control")):
+        assert (
+            calls[module]["redis_secret_arn"] == f'${{module.secrets.redis_secret_arns["{role}"]}}'
+        )
+        assert calls[module]["redis_user"] == f'${{module.broker.user_names["{role}"]}}'
+        text = (TERRAFORM_DIR / f"modules/{module}/user-data.sh.tftpl").read_text()
+        assert "FARM_REDIS_URL=rediss://${redis_user}:$${password}@" in text, module
     control = (TERRAFORM_DIR / "modules/control_plane/user-data.sh.tftpl").read_text()
-    assert "FARM_WEBHOOK_SECRET=" in control and "unset token flower webhook" in control
+    assert "FARM_WEBHOOK_SECRET=" in control and "unset password flower webhook" in control

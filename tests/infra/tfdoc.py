@@ -83,6 +83,64 @@ def module_calls(tf: dict[Path, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return calls
 
 
+PROVIDER_MIRRORS = (
+    Path("/opt/tf-plugins"),
+    Path.home() / ".terraform.d" / "plugins",
+    Path.home() / ".local" / "share" / "terraform" / "plugins",
+    Path("/usr/local/share/terraform/plugins"),
+    Path("/usr/share/terraform/plugins"),
+)
+"""Where a machine keeps Terraform providers unpacked (`terraform providers mirror` layout)."""
+LOOPBACK = "http://127.0.0.1:9"
+"""Where an offline plan's AWS provider would send a call: nothing listens, nothing leaves."""
+
+
+def offline_terraform(root: Path) -> tuple[str, dict[str, str]]:
+    """Terraform and an environment that installs hashicorp/aws only from a local mirror
+    ($FARM_TF_PROVIDERS, else the first of PROVIDER_MIRRORS holding it), never the registry,
+    and reads no AWS credentials or instance metadata; its CLI config goes under `root`."""
+    terraform = find_tool(
+        "terraform", "FARM_TERRAFORM", "install Terraform 1.6 or later (developer.hashicorp.com)"
+    )
+    given = os.environ.get("FARM_TF_PROVIDERS", "")
+    candidates = [Path(given)] if given else list(PROVIDER_MIRRORS)
+    aws = Path("registry.terraform.io/hashicorp/aws")
+    mirror = next((path for path in candidates if (path / aws).is_dir()), None)
+    if mirror is None:
+        pytest.fail(
+            f"no local mirror of hashicorp/aws in {', '.join(map(str, candidates))}: run "
+            "`terraform providers mirror DIR` in infra/terraform once (online), then set "
+            "FARM_TF_PROVIDERS=DIR"
+        )
+    config = root / "offline.tfrc"
+    config.write_text(
+        f'provider_installation {{\n  filesystem_mirror {{ path = "{mirror}" }}\n}}\n'
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TF_"))},
+        "TF_CLI_CONFIG_FILE": str(config),
+        "CHECKPOINT_DISABLE": "1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(root / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(root / "no-aws-credentials"),
+    }
+    return terraform, env
+
+
+def offline_aws_provider(region: str, services: tuple[str, ...]) -> dict[str, Any]:
+    """An AWS provider block that plans without an account: made-up keys, no credential or
+    account check, no metadata service, and each of `services` at LOOPBACK."""
+    return {
+        "region": region,
+        "access_key": "offline",
+        "secret_key": "offline",
+        "skip_credentials_validation": True,
+        "skip_requesting_account_id": True,
+        "skip_metadata_api_check": True,
+        "endpoints": [{service: LOOPBACK for service in services}],
+    }
+
+
 def find_tool(name: str, env_var: str, install_hint: str) -> str:
     """A tool from $env_var, .venv-tools/bin, this interpreter's bin, or PATH; fails if absent."""
     candidates = [

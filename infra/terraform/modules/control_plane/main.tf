@@ -22,6 +22,7 @@ resource "aws_instance" "control_plane" {
     image              = var.image
     ecr_registry       = var.ecr_registry
     redis_host         = var.redis_host
+    redis_user         = var.redis_user
     redis_secret_arn   = var.redis_secret_arn
     flower_secret_arn  = var.flower_secret_arn
     webhook_secret_arn = var.webhook_secret_arn

@@ -49,8 +49,13 @@ variable "redis_host" {
   type        = string
 }
 
+variable "redis_user" {
+  description = "The control plane's Redis user (the control role's, modules/broker)."
+  type        = string
+}
+
 variable "redis_secret_arn" {
-  description = "Secret holding the Redis AUTH token."
+  description = "Secret holding the password of the control plane's Redis user."
   type        = string
 }
 

@@ -20,7 +20,7 @@ module "policies" {
   bucket_arn         = var.bucket_arn
   kms_key_arn        = var.kms_key_arn
   region             = var.region
-  redis_secret_arn   = var.redis_secret_arn
+  redis_secret_arns  = var.redis_secret_arns
   flower_secret_arn  = var.flower_secret_arn
   webhook_secret_arn = var.webhook_secret_arn
   worker_asg_arn     = local.asg_arn

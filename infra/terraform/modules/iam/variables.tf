@@ -23,9 +23,9 @@ variable "kms_key_arn" {
   type        = string
 }
 
-variable "redis_secret_arn" {
-  description = "Secret holding the Redis AUTH token."
-  type        = string
+variable "redis_secret_arns" {
+  description = "Each role's Redis password secret by role (see ./policies)."
+  type        = map(string)
 }
 
 variable "flower_secret_arn" {

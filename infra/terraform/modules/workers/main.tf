@@ -8,6 +8,7 @@ locals {
     ecr_registry     = var.ecr_registry
     queues           = join(",", var.queues)
     redis_host       = var.redis_host
+    redis_user       = var.redis_user
     redis_secret_arn = var.redis_secret_arn
     bucket_name      = var.bucket_name
     asg_name         = var.name

@@ -86,8 +86,13 @@ variable "redis_host" {
   type        = string
 }
 
+variable "redis_user" {
+  description = "The workers' Redis user (the worker role's, modules/broker)."
+  type        = string
+}
+
 variable "redis_secret_arn" {
-  description = "Secret holding the Redis AUTH token."
+  description = "Secret holding the password of the workers' Redis user, and no other role's."
   type        = string
 }
 

@@ -22,9 +22,14 @@ variable "region" {
   type        = string
 }
 
-variable "redis_secret_arn" {
-  description = "Secret holding the Redis AUTH token."
-  type        = string
+variable "redis_secret_arns" {
+  description = "Each role's Redis password secret by role (modules/secrets): worker, control and cli, each read by that role alone (cli: the submitters)."
+  type        = map(string)
+
+  validation {
+    condition     = alltrue([for role in ["worker", "control", "cli"] : contains(keys(var.redis_secret_arns), role)])
+    error_message = "Give the worker, control and cli roles' Redis password secrets (modules/secrets' redis_secret_arns)."
+  }
 }
 
 variable "flower_secret_arn" {
@@ -125,11 +130,11 @@ locals {
     },
   ]
 
-  read_redis_token = {
-    Sid      = "ReadRedisToken"
-    Effect   = "Allow"
-    Action   = ["secretsmanager:GetSecretValue"]
-    Resource = [var.redis_secret_arn]
+  # Each role reads its own Redis user's password (Resource set per role), no other role's.
+  read_redis_password = {
+    Sid    = "ReadOwnRedisPassword"
+    Effect = "Allow"
+    Action = ["secretsmanager:GetSecretValue"]
   }
 
   worker = concat([
@@ -171,7 +176,7 @@ locals {
     local.list_bucket,
     local.objects_key,
     local.decrypt_secrets,
-    local.read_redis_token,
+    merge(local.read_redis_password, { Resource = [var.redis_secret_arns["worker"]] }),
     {
       # The host's drain loop finishes the termination hook once the container has stopped.
       Sid      = "CompleteOwnTerminationHook"
@@ -183,11 +188,21 @@ locals {
 
   control = concat([
     {
-      # farm web: thumbnails, logs and a presigned link to the output; the reconciler reads none.
+      # farm web: thumbnails, logs and a presigned link to the output; the reconciler reads a
+      # job's record back (its spec, control record, manifests, frames) to rebuild a ledger
+      # that lost it, and the ledger's mark.
       Sid      = "ReadJobData"
       Effect   = "Allow"
       Action   = ["s3:GetObject"]
-      Resource = ["${local.objects}jobs/*"]
+      Resource = ["${local.objects}jobs/*", "${local.objects}ledger/*"]
+    },
+    {
+      # The reconciler keeps a failed or cancelled job's end in its control record, and the
+      # ledger's mark (farm.control.rebuild).
+      Sid      = "KeepLedgerRecord"
+      Effect   = "Allow"
+      Action   = ["s3:PutObject"]
+      Resource = ["${local.objects}jobs/*/control.json", "${local.objects}ledger/*"]
     },
     {
       # The reconciler aborts the early upload of a job that failed or was cancelled.
@@ -197,11 +212,11 @@ locals {
       Resource = local.outputs
     },
     local.list_bucket,
-    merge(local.objects_key, { Sid = "DecryptObjects", Action = ["kms:Decrypt"] }),
+    local.objects_key, # it writes the control records and the mark (KeepLedgerRecord)
     local.decrypt_secrets,
-    merge(local.read_redis_token, {
+    merge(local.read_redis_password, {
       Sid      = "ReadControlSecrets"
-      Resource = [var.redis_secret_arn, var.flower_secret_arn, var.webhook_secret_arn]
+      Resource = [var.redis_secret_arns["control"], var.flower_secret_arn, var.webhook_secret_arn]
     }),
     {
       Sid       = "PublishFarmMetrics"
@@ -222,11 +237,16 @@ locals {
       Resource = ["${local.objects}scenes/*", "${local.objects}assets/*"]
     },
     {
-      # The job's record: written at submit, the asset manifest again by `farm retry --scene`.
-      Sid      = "WriteJobRecord"
-      Effect   = "Allow"
-      Action   = ["s3:PutObject"]
-      Resource = ["${local.objects}jobs/*/spec.json", "${local.objects}jobs/*/assets.json"]
+      # The job's record: written at submit, the asset manifest again by `farm retry --scene`,
+      # and what pause, resume, priority, cancel and retry decide (its control record).
+      Sid    = "WriteJobRecord"
+      Effect = "Allow"
+      Action = ["s3:PutObject"]
+      Resource = [
+        "${local.objects}jobs/*/spec.json",
+        "${local.objects}jobs/*/assets.json",
+        "${local.objects}jobs/*/control.json",
+      ]
     },
     {
       # farm fetch, farm logs, and retry's check of the done chunks' manifests and segments.
@@ -238,8 +258,8 @@ locals {
     local.list_bucket,
     local.objects_key,
     local.decrypt_secrets,
-    # farm submit queues through Redis: the CLI reads the same token as the hosts.
-    local.read_redis_token,
+    # farm submit queues through Redis as the cli user.
+    merge(local.read_redis_password, { Resource = [var.redis_secret_arns["cli"]] }),
   ], local.write_once)
 }
 
