@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from farm.core import keys
 from farm.core.state import ChunkState
 from farm.ledger import Claim, Ledger
 from farm.ledger.lua import source
@@ -137,3 +138,24 @@ def test_a_render_done_and_its_encode_claimed_in_one_round_trip_sent_again(
     assert chunk["claims"] == "2"  # the render's and the encode's, each once
     attempts = [(r["phase"], r["end"]) for r in ledger.attempt_records("j1")]
     assert attempts == [("rendering", "rendered")]
+
+
+def test_a_frame_record_sent_again_counts_once(
+    through_proxy: tuple[Ledger, LosesOneReply], ledger: Ledger
+) -> None:
+    """Found by the store and Redis fault tests: record_frame sent again after its answer was lost
+    counted the frame's render, its bytes and its File Output bytes twice. The same record again
+    (the attempt's own claim) counts nothing and answers as it did."""
+    worker, proxy = through_proxy
+    make_job(ledger)
+    claim = _render_claim(ledger, "w")
+    worker.r.script_load(source("record_frame"))
+    recorded = worker.record_frame(
+        "j1", 3, 500, "replayed@test", writer="0-1", token=claim.move.token, output_bytes=70,
+        chunk=0,
+    )  # fmt: skip
+    assert proxy.dropped == 1 and b"NOSCRIPT" not in proxy.lost
+    assert recorded.recorded and recorded.job_output_bytes == 70
+    job = ledger.job("j1")
+    assert (job["frame_bytes"], job["file_output_bytes"]) == ("500", "70")
+    assert ledger.r.hget(keys.r_renders("j1"), "3") == "1"

@@ -8,6 +8,11 @@
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
   return {0, tonumber(redis.call('HGET', KEYS[4], 'file_output_bytes') or '0')}
 end
+if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[3] then
+  -- This very record, sent again (its reply was lost and redis-py retried the call: the record
+  -- names the attempt's own claim): it counted then, so it answers as it did, counting nothing.
+  return {1, tonumber(redis.call('HGET', KEYS[4], 'file_output_bytes') or '0')}
+end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
 redis.call('HINCRBY', KEYS[4], 'frame_bytes', ARGV[4])  -- bytes moved (census)
