@@ -1,20 +1,32 @@
 """No idle tail on a real local farm: a worker with nothing to do splits the chunk another renders;
-both render, no frame twice, and the video joins frame-exact in frame order."""
+both render, no frame twice, and the video joins frame-exact in frame order.
+
+The owner's Blender is held still (tests/e2e/hold.py) from its first frame until the split is
+made, taken by the idle worker and heard by the owner: on a fast machine the owner would finish
+the chunk before the idle worker had started, and there would be no tail to split."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from farm.core import keys
-from tests.conftest import DEMO, start_farm
+from tests.conftest import DEMO, LocalFarm, start_farm
 from tests.e2e.farmtools import frame_count, spawn_worker, status, submit, wait_final, wait_for
+from tests.e2e.hold import held
 
 pytestmark = pytest.mark.e2e
+
+
+def _permits(farm: LocalFarm, worker: str, job_id: str) -> list[Path]:
+    """The permit files `worker` wrote for the job: it heard of a split (workers.phases.frames)."""
+    scratch = Path(farm.settings().get("scratch_dir") or tempfile.gettempdir())
+    return list((scratch / "farm-worker" / worker / "jobs" / job_id).rglob("permit-*.json"))
 
 
 def test_an_idle_worker_splits_the_running_chunk_and_the_video_has_every_frame_once(
@@ -22,7 +34,7 @@ def test_an_idle_worker_splits_the_running_chunk_and_the_video_has_every_frame_o
 ) -> None:
     farm = start_farm(tmp_path, workers=0)
     try:
-        spawn_worker(farm, "owner@test")
+        owner = spawn_worker(farm, "owner@test")
         job_id = submit(farm, DEMO, "--frames", "1-24", "--chunk-size", "24", "--samples", "16")
         wait_for(
             "the one chunk to render a frame",
@@ -30,11 +42,27 @@ def test_an_idle_worker_splits_the_running_chunk_and_the_video_has_every_frame_o
             120,
             farm,
         )
-        spawn_worker(farm, "idle@test")
+        ledger = farm.ledger()
+        with held(owner):
+            spawn_worker(farm, "idle@test")
+            wait_for(
+                "the idle worker to split the chunk and render the new one",
+                lambda: any(
+                    c["state"] == "rendering" and c["worker"] == "idle@test"
+                    for c in ledger.chunks(job_id)
+                ),
+                180,
+                farm,
+            )
+            wait_for(
+                "the owner to hear of the split",
+                lambda: bool(_permits(farm, "owner@test", job_id)),
+                60,
+                farm,
+            )
         summary = wait_final(farm, job_id, 300)
         assert summary["state"] == "done", farm.logs()
 
-        ledger = farm.ledger()
         chunks = ledger.chunks(job_id)
         assert len(chunks) >= 2, "the idle worker never split the chunk"
         assert any(e["event"] == "split" for e in ledger.events(job_id))
@@ -49,7 +77,7 @@ def test_an_idle_worker_splits_the_running_chunk_and_the_video_has_every_frame_o
         ordered = sorted(chunks, key=lambda c: json.loads(c["frames"])[0])
         assert [f for c in ordered for f in json.loads(c["frames"])] == list(range(1, 25))
         for chunk in chunks:
-            manifest = farm.store().get_json(keys.manifest_key(job_id, int(chunk["index"])))
+            manifest = farm.store().get_json(keys.chunk_manifest_key(job_id, chunk))
             assert [e["frame"] for e in manifest["frames"]] == json.loads(chunk["frames"])
         assert frame_count(farm, job_id, tmp_path) == 24
         pts = subprocess.run(

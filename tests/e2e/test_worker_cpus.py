@@ -37,7 +37,7 @@ def test_each_worker_and_its_blender_run_on_their_own_cpus(local_farm: LocalFarm
     wait_for(
         "a ready Blender on each idle worker",
         lambda: len(list(scratch.glob("farm-worker/*/ready/*/tree"))) == 2,
-        60,
+        180,
         local_farm,
     )
 
@@ -60,5 +60,8 @@ def test_each_worker_and_its_blender_run_on_their_own_cpus(local_farm: LocalFarm
     ready = [c for c in chunks if c.get("blender_ready") == "1"]
     assert len(warm) >= len(chunks) - 2 and len(warm) + len(ready) == len(chunks), chunks
     assert len({c["rendered_by"] for c in ready}) == len(ready), ready  # one per worker
+    # Only a Blender that has the scene open says warm (farm.blender.script's next_chunk), and it
+    # opened nothing again. How fast a warm chunk starts is a timing: bench/overhead.py reports
+    # each chunk's Blender launch beside a direct run.
     assert sum(1 for line in loaded if line.get("warm")) == len(warm), loaded
-    assert all(float(c["blender_launch_s"]) < 0.3 for c in warm), warm
+    assert all(line["load_s"] == 0 for line in loaded if line.get("warm")), loaded

@@ -41,12 +41,15 @@ def _claim(ledger: Ledger, index: int, target: ChunkState = ChunkState.RENDERING
 def test_every_attempt_is_metered_at_its_claims_price(ledger: Ledger) -> None:
     ledger.meter = METER
     _job(ledger)
+    started = time.time()
     token = _claim(ledger, 0)
     time.sleep(0.2)
     ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token)
+    took = time.time() - started
     spent = cost.job_cost(ledger.cost_record("j1"))
     assert spent.attempts == 1 and spent.wasted_attempts == 0
-    assert 0.2 <= spent.gpu_s < 1.0
+    # The attempt's seconds: at least what it slept, at most what claim to end took here.
+    assert 0.2 <= spent.gpu_s <= took
     assert spent.spent == pytest.approx(spent.gpu_s * 0.01)
     assert spent.by_instance == {"g5.xlarge local": spent.gpu_s}
     chunk = ledger.chunk("j1", 0)
@@ -168,21 +171,26 @@ def test_a_running_attempt_counts_what_it_has_spent_so_far(ledger: Ledger) -> No
     (spent over frames) read low."""
     ledger.meter = {**METER, "price_per_s": "1.0"}
     _job(ledger, frames="1-40", max_cost="0.3")
+    started = time.time()
     token = _claim(ledger, 0)
     for frame in range(1, 6):
         ledger.record_frame("j1", frame, 1, "x")
     time.sleep(0.15)
     spend = ledger.spend("j1")
-    assert spend.cost.spent == 0 and 0.15 <= spend.running < 5
+    # At $1 a second, what is running costs the seconds since its claim.
+    assert spend.cost.spent == 0 and 0.15 <= spend.running <= time.time() - started
     assert spend.spent == spend.running and spend.to_json()["running"] == round(spend.running, 6)
     # Until an attempt ends, the pace is the estimate's (none here): what the first attempts
     # spent is mostly start-up and frames under way (found by a review of the fix).
     assert spend.expected_rest == 0
+    second_claimed = time.time()
     second = _claim(ledger, 1)
     ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token)  # metered now, and only once
     metered = ledger.spend("j1")
     assert metered.cost.spent == pytest.approx(metered.cost.gpu_s * 1.0)
-    assert 0 <= metered.running < 0.1 and "accruing" not in ledger.chunk("j1", 0)
+    # What runs now is chunk 1's alone: chunk 0's share (0.15 s and more) left with its metering.
+    assert 0 <= metered.running <= time.time() - second_claimed
+    assert "accruing" not in ledger.chunk("j1", 0)
     # Spent (chunk 0's and chunk 1's so far) over 5 frames: 35 more pass the $0.30 budget.
     assert metered.expected_rest == pytest.approx(metered.spent / 5 * 35, rel=0.05)
     assert not ledger.move_chunk("j1", 2, ChunkState.RENDERING, mode="claim", lease_s=30).moved
@@ -273,17 +281,22 @@ def test_a_job_resumed_while_a_chunk_from_before_its_pause_still_runs_never_stoo
     assert ledger.resume_job("j1").moved
     assert float(ledger.job("j1").get("paused_s", 0)) == 0
     assert ledger.move_chunk("j1", 0, ChunkState.RENDERED, token=token).moved
-    # With the chunk done and j10's still running, the next pause counts in full.
+    # With the chunk done and j10's still running, the next pause counts in full: at least what
+    # it slept, at most what pause to resume took here.
+    started = time.time()
     assert ledger.pause_job("j1", "paused by a user").moved
     time.sleep(0.2)
     assert ledger.resume_job("j1").moved
-    assert 0.2 <= float(ledger.job("j1")["paused_s"]) < 0.5
+    took = time.time() - started
+    assert 0.2 <= float(ledger.job("j1")["paused_s"]) <= took
     # A lease past its expiry is a worker gone, not a chunk running: the pause counts.
     assert ledger.move_chunk("j1", 1, ChunkState.RENDERING, mode="claim", lease_s=0.05).moved
+    started = time.time()
     assert ledger.pause_job("j1", "paused by a user").moved
     time.sleep(0.2)
     assert ledger.resume_job("j1").moved
-    assert 0.3 <= float(ledger.job("j1")["paused_s"]) < 0.7
+    took += time.time() - started
+    assert 0.2 + 0.2 <= float(ledger.job("j1")["paused_s"]) <= took
 
 
 def test_a_job_that_fails_while_paused_ends_its_pause(ledger: Ledger) -> None:

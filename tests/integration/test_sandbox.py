@@ -233,21 +233,40 @@ def test_trusted_scene_script_is_boxed_in_a_real_render(
 
 def test_stopping_a_boxed_program_stops_what_runs_inside(chunk: dict[str, Path]) -> None:
     """A lost lease or a spot notice stops the box: nothing inside it keeps running."""
+    import contextlib
+    import signal
     import threading
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     from farm.adapters.proc import Running
 
     marker = f"farm-box-test-{secrets.token_hex(4)}"
     handle = Running()
-    argv = boxed(["python3", "-c", "import time; time.sleep(300)", marker], chunk, "blender")
-    threading.Timer(1.0, handle.stop).start()
-    started = time.monotonic()
-    result = run(argv, handle=handle)
-    assert result.stopped and time.monotonic() - started < 10
-    time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
-    assert left.stdout.strip() == ""
+    # It says it runs, then sleeps for an hour: only the stop ends it within the waits below.
+    code = "import time; print('RUNNING', flush=True); time.sleep(3600)"
+    argv = boxed(["python3", "-c", code, marker], chunk, "blender")
+    inside = threading.Event()
+
+    def left() -> str:
+        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+        return found.stdout.strip()
+
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run, argv, handle=handle, on_line=lambda _: inside.set())
+        try:
+            assert inside.wait(120), "the boxed program never started"
+            handle.stop()  # from another thread, as the lease keeper stops it
+            result = running.result(timeout=120)
+        finally:
+            if not running.done() and handle.popen is not None:  # end it, so the test ends
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(handle.popen.pid, signal.SIGKILL)
+    assert result.stopped
+    deadline = time.monotonic() + 60  # the box's processes end as its namespace goes
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left() == "", "a process of the stopped box runs on"
 
 
 def test_a_render_worker_without_bwrap_refuses_to_start(tmp_path: Path) -> None:
