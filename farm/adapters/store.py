@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -212,11 +212,20 @@ class Store:
             etag: str = self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
         return etag
 
-    def put_open(self, key: str, body: BinaryIO, *, intermediate: bool = False) -> str:
+    def put_open(
+        self,
+        key: str,
+        body: BinaryIO,
+        *,
+        intermediate: bool = False,
+        metadata: Mapping[str, str] | None = None,
+    ) -> str:
         """`put_file` of a file already open, from its start: what was checked of it (its type,
         its checksum; workers.host.box.open_boxed) is what is stored, whatever its name points to
-        by now."""
-        extra = {"Tagging": INTERMEDIATE_TAG} if intermediate else {}
+        by now. `metadata`: stored with the object (a frame's sha256: its record, in the store)."""
+        extra: dict[str, Any] = {"Tagging": INTERMEDIATE_TAG} if intermediate else {}
+        if metadata:
+            extra["Metadata"] = dict(metadata)
         body.seek(0)
         with _wrapped(f"upload {key}"):
             if os.fstat(body.fileno()).st_size < ONE_PUT_BYTES:
@@ -274,14 +283,25 @@ class Store:
             self.s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             raise
 
-    def copy(self, source: str, key: str, *, etag: str = "", intermediate: bool = False) -> str:
+    def copy(
+        self,
+        source: str,
+        key: str,
+        *,
+        etag: str = "",
+        intermediate: bool = False,
+        metadata: Mapping[str, str] | None = None,
+    ) -> str:
         """Object `source` stored again as `key` by the store itself, its bytes never passing
         through this host (up to 5 GiB, one CopyObject); `intermediate` as for `put_file`, the
         source's own tags not carried over. `etag`: only if the source still has that one (else
-        ObjectChanged). Returns the copy's ETag."""
-        extra = {"CopySourceIfMatch": etag} if etag else {}
+        ObjectChanged). `metadata`: the copy's own, in place of the source's. Returns the copy's
+        ETag."""
+        extra: dict[str, Any] = {"CopySourceIfMatch": etag} if etag else {}
         if intermediate:
             extra["Tagging"] = INTERMEDIATE_TAG
+        if metadata:
+            extra |= {"MetadataDirective": "REPLACE", "Metadata": dict(metadata)}
         with _wrapped(f"copy {source} to {key}"):
             answer = self.s3.copy_object(
                 Bucket=self.bucket, Key=key, CopySource={"Bucket": self.bucket, "Key": source},
@@ -322,6 +342,11 @@ class Store:
 
     def head(self, key: str) -> tuple[int, str] | None:
         """The object's size and ETag, or None when it is not there."""
+        found = self.head_metadata(key)
+        return None if found is None else (found[0], found[1])
+
+    def head_metadata(self, key: str) -> tuple[int, str, dict[str, str]] | None:
+        """The object's size, ETag and metadata (put_open's), or None when it is not there."""
         with _wrapped(f"look up {key}"):
             try:
                 head = self.s3.head_object(Bucket=self.bucket, Key=key)
@@ -329,17 +354,32 @@ class Store:
                 if exc.response.get("Error", {}).get("Code") in NOT_FOUND:
                     return None
                 raise
-        return int(head["ContentLength"]), str(head.get("ETag", ""))
+        return int(head["ContentLength"]), str(head.get("ETag", "")), dict(head.get("Metadata", {}))
 
     def exists(self, key: str) -> bool:
         return self.size(key) is not None
 
     def keys(self, prefix: str) -> list[str]:
-        found: list[str] = []
+        return list(self.sizes(prefix))
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        """Every key under `prefix` with its size, listed."""
+        found: dict[str, int] = {}
         with _wrapped(f"list {prefix}"):
             paginator = self.s3.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
-                found.extend(obj["Key"] for obj in page.get("Contents", []))
+                found |= {obj["Key"]: int(obj["Size"]) for obj in page.get("Contents", [])}
+        return found
+
+    def folders(self, prefix: str) -> list[str]:
+        """The names one level below `prefix` ("jobs/" -> the job ids), listed with a delimiter."""
+        found: list[str] = []
+        with _wrapped(f"list {prefix}"):
+            paginator = self.s3.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+                found.extend(
+                    p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])
+                )
         return found
 
     def delete(self, key: str) -> None:

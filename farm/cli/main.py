@@ -4,6 +4,7 @@ others: 1)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -15,7 +16,13 @@ import click
 from farm.adapters.settings import command_settings, default_config_path
 from farm.cli.control import COMMANDS as CONTROL_COMMANDS
 from farm.cli.serve import COMMANDS as SERVE_COMMANDS
-from farm.cli.submit import settings_text, submit, trace_fixed_scene, wait_for_job
+from farm.cli.submit import (
+    allow_path_option,
+    settings_text,
+    submit,
+    trace_fixed_scene,
+    wait_for_job,
+)
 from farm.core import keys
 from farm.core.errors import (
     ConfigError,
@@ -32,7 +39,6 @@ from farm.core.report import (
     to_text,
 )
 from farm.core.spec import JobSpec, provenance
-from farm.core.state import ENDED
 from farm.ledger import Ledger
 
 log = logging.getLogger("farm")
@@ -163,17 +169,23 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
     exists, or one named with a trailing /) to put JOB.mp4 in."""
     from farm.adapters.store import Store
     from farm.control.jobs import frame_files
+    from farm.control.rebuild import stored_output
 
     settings = command_settings(ctx).require_farm()
     ledger = Ledger.from_url(settings.redis_url)
-    job = ledger.job_or_fail(job_id)
+    store = Store.from_settings(settings)
+    job = ledger.job(job_id)
+    if not job:  # a ledger that lost it: a done job's video is in the store
+        with contextlib.suppress(FarmError):  # unreachable too: the job is unknown
+            if output := stored_output(store, job_id):
+                job = {"state": "done", "output": output}
+    job = job or ledger.job_or_fail(job_id)
     partial = job.get("state") in ("failed", "cancelled", "paused") and with_frames
     if job.get("state") != "done" and not partial:
         raise FarmError(
             f"job {job_id} is {job.get('state')}; its video exists once it is done "
             "(`--frames` fetches the frames done so far of a failed, cancelled or paused job)"
         )
-    store = Store.from_settings(settings)
     ext = Path(job.get("output") or "x.mp4").suffix
     dest = Path(dest_text)
     folder = dest.is_dir() or dest_text.endswith(("/", os.sep))
@@ -205,11 +217,9 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
 @click.pass_context
 def cancel(ctx: click.Context, job_id: str) -> None:
     """Cancel a job: queued chunks never start, running ones stop within seconds."""
-    ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
-    job = ledger.job_or_fail(job_id)
-    if job.get("state") in ENDED:
-        raise FarmError(f"job {job_id} is {job['state']} already")
-    chunks = ledger.cancel_job(job_id)
+    from farm.control.jobs import cancel as cancel_job
+
+    chunks = cancel_job(command_settings(ctx).require_farm(), job_id)
     click.echo(
         f"cancelled {job_id} ({len(chunks)} unfinished chunks); `farm retry {job_id} --all` resumes it"
     )
@@ -229,13 +239,7 @@ def cancel(ctx: click.Context, job_id: str) -> None:
     default=None,
     help="A fixed .blend to render the remaining frames from.",
 )
-@click.option(
-    "--allow-path",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="With --scene: upload files the fixed scene uses from this folder too (repeatable), as "
-    "at submit.",
-)
+@allow_path_option
 @click.pass_context
 def retry(
     ctx: click.Context,

@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +17,9 @@ from farm.adapters.settings import Settings, command_settings
 from farm.adapters.worker_flags import worker_options
 from farm.core.errors import ConfigError, FarmError
 from farm.ledger import Ledger
+
+if TYPE_CHECKING:
+    from farm.control.local import Outcome
 
 log = logging.getLogger("farm")
 
@@ -74,7 +78,7 @@ def up(
     if containers:
         _up_containers(ctx, data, workers, use_tls)
         return
-    settings, started = local.up(
+    done = local.up(
         data,
         workers,
         ctx.meta["config_path"],
@@ -83,13 +87,8 @@ def up(
         use_tls=use_tls,
         pin=pin,
     )
-    if not started:
-        running_tls = bool(settings.tls_cert_file)
-        how = " with TLS" if running_tls else " without TLS"
-        click.echo(f"farm is already up{how} (data in {data.resolve()}); `farm down` stops it")
-        if use_tls != running_tls:
-            click.echo(f"  to run it {'with' if use_tls else 'without'} TLS: `farm down`, then "
-                       f"`farm up{' --tls' if use_tls else ''}`")  # fmt: skip
+    if not done.started:
+        _up_already(ctx, data, done, workers, use_tls)
         return
     shares = local.worker_cpus(workers, pin)
     if shares:
@@ -97,7 +96,28 @@ def up(
         how_workers = f"{workers}, each on its own CPUs: {each}"
     else:
         how_workers = f"{workers}" + (", sharing every CPU" if workers else "")
-    _summary(ctx, settings, how_workers)
+    _summary(ctx, done.settings, how_workers)
+
+
+def _up_already(ctx: click.Context, data: Path, done: Outcome, workers: int, use_tls: bool) -> None:
+    """A farm that was up, whole or in part: what came back, and what the flags would change."""
+    how = " with TLS" if done.tls else " without TLS"
+    if done.brought_back:
+        click.echo(f"brought back: {', '.join(done.brought_back)}")
+        click.echo(f"  the rest kept running{how} (data in {data.resolve()})")
+        if done.redis_empty:
+            click.echo("  redis had no data to load (its data folder was emptied): it started "
+                       "with an empty ledger")  # fmt: skip
+    else:
+        click.echo(f"farm is already up{how} (data in {data.resolve()}); `farm down` stops it")
+    if use_tls != done.tls:
+        click.echo(f"  to run it {'with' if use_tls else 'without'} TLS: `farm down`, then "
+                   f"`farm up{' --tls' if use_tls else ''}`")  # fmt: skip
+    given = ctx.get_parameter_source("workers") is click.core.ParameterSource.COMMANDLINE
+    if given and workers != done.workers:
+        runs = f"{done.workers} worker{'s' if done.workers != 1 else ''}"
+        click.echo(f"  it runs {runs}; to run {workers}: `farm down`, then "
+                   f"`farm up --workers {workers}`")  # fmt: skip
 
 
 def _summary(ctx: click.Context, settings: Settings, how_workers: str) -> None:
@@ -217,12 +237,18 @@ def worker(
 @click.command()
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @click.option(
+    "--rebuild",
+    is_flag=True,
+    help="Put back every unfinished job the ledger lost, from the store, say what was found, "
+    "then exit (the running reconciler does this by itself when it notices a loss).",
+)
+@click.option(
     "--interval-s", type=click.FloatRange(min=0.1), default=None, help="Seconds between passes."
 )
 @click.pass_context
-def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
-    """Requeue chunks whose lease expired, open completion gates, and abort the early uploads
-    of jobs that failed or were cancelled."""
+def reconcile(ctx: click.Context, once: bool, rebuild: bool, interval_s: float | None) -> None:
+    """Requeue chunks whose lease expired, open completion gates, abort the early uploads of
+    jobs that failed or were cancelled, and rebuild a ledger that lost jobs from the store."""
     from farm.adapters.store import Store
     from farm.control.reconcile import Reconciler
     from farm.dispatch import Dispatcher, make_app
@@ -236,6 +262,10 @@ def reconcile(ctx: click.Context, once: bool, interval_s: float | None) -> None:
         store=Store.from_settings(settings),
         early_upload_keep_s=settings.early_upload_keep_h * 3600,
     )
+    if rebuild:
+        for line in rec.rebuild(None).lines():
+            click.echo(line)
+        return
     if once:
         click.echo(str(rec.run_once()))
         return

@@ -24,6 +24,16 @@ if TYPE_CHECKING:
     from farm.blender.assets import Sources, Traced
     from farm.core.sources import SceneInfo
 
+allow_path_option = click.option(
+    "--allow-path",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Upload files the scene uses from this folder too (repeatable; on retry, with --scene: "
+    "the fixed scene's); by default only files in the scene's own folder tree go "
+    "(FARM_ASSET_ALLOW_PATHS: more, `:`-separated).",
+)
+"""`--allow-path`, one option for `submit` and `retry --scene` (farm.cli.main)."""
+
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
@@ -52,13 +62,7 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Submit even if files the scene uses are missing here (recorded on the job).",
 )
-@click.option(
-    "--allow-path",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Upload files the scene uses from this folder too (repeatable); by default only files "
-    "in the scene's own folder tree go (FARM_ASSET_ALLOW_PATHS: more, `:`-separated).",
-)
+@allow_path_option
 @click.option(
     "--trusted-scripts",
     is_flag=True,
@@ -132,6 +136,7 @@ def submit(
     """Submit a .blend scene to render, or a video master to transcode, into a video."""
     from farm.control.jobs import submit as submit_job
     from farm.core.spec import JobKind
+    from farm.media.probe import submit_box
     from farm.media.transcode_spec import transcode_spec_from_file, vfr_note
 
     loaded = command_settings(ctx)
@@ -139,18 +144,20 @@ def submit(
     job_kind = JobKind.parse(kind) if kind else default_kind
     _refuse_flags_of_the_other_kind(ctx, job_kind, path)
     if job_kind is JobKind.TRANSCODE:
-        spec = transcode_spec_from_file(
-            path,
-            ffprobe=loaded.ffprobe,
-            ffmpeg=loaded.ffmpeg,
-            frames=frames,
-            resolution=resolution,
-            codec=codec,
-            quality=quality,
-            encoder=encoder,
-            preset=preset,
-            segment_frames=segment_frames,
-        )
+        with submit_box(loaded, path) as box:  # ffprobe as a worker runs it: boxed, no network
+            spec = transcode_spec_from_file(
+                path,
+                ffprobe=loaded.ffprobe,
+                ffmpeg=loaded.ffmpeg,
+                frames=frames,
+                box=box,
+                resolution=resolution,
+                codec=codec,
+                quality=quality,
+                encoder=encoder,
+                preset=preset,
+                segment_frames=segment_frames,
+            )
         if note := vfr_note(spec):
             click.echo(printable(note), err=True)
         traced = None
@@ -169,11 +176,9 @@ def submit(
     if estimate:
         _print_estimate(settings, spec, path, traced, as_json)
         return
-    done = submit_job(settings, spec, path, traced, priority=priority, max_cost=max_cost)
-    if notify:
-        from farm.control.webhooks import subscribe
-
-        subscribe(Ledger.from_url(settings.redis_url), done.job_id, notify)
+    done = submit_job(
+        settings, spec, path, traced, priority=priority, max_cost=max_cost, notify=notify
+    )
     if not wait:
         if as_json:
             click.echo(

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from farm.adapters.settings import Settings
 from farm.adapters.store import Store
 from farm.blender import assets
+from farm.control.rebuild import record_control
 from farm.core import cost, keys, limits, versions
 from farm.core.chunking import Measurement, Pool, initial_plan
 from farm.core.errors import FarmError, ObjectMissing, SpecError
 from farm.core.pipeline import first_phase, kind_of, waiting_for
 from farm.core.spec import JobKind, JobSpec
-from farm.core.state import ENDED, ChunkState
+from farm.core.state import ENDED, ChunkState, JobState
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
 from farm.ledger import FrameRecord, Ledger, speeds
 from farm.ledger.ports import JobControlLedger, SubmitLedger
@@ -58,9 +59,12 @@ def submit(
     *,
     priority: int = DEFAULT_PRIORITY,
     max_cost: float | None = None,
+    notify: str | None = None,
 ) -> Submitted:
     """Everything past validation: nothing here runs until the spec is known to be good.
-    `traced`: the files the scene uses, uploaded by hash beside it, their manifest on the job."""
+    `traced`: the files the scene uses, uploaded by hash beside it, their manifest on the job.
+    `notify`: a webhook URL the job's events go to as well (checked by the caller), recorded with
+    the job, so its first event is not sent before it is known."""
     limits.check_chunks(spec.frames.count, spec.chunk_size, settings.max_chunks)
     ledger: SubmitLedger = Ledger.from_url(settings.redis_url)
     ledger.ping()
@@ -84,6 +88,8 @@ def submit(
     chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
     limits.check_planned(len(chunks), settings.max_chunks)
     plan = {**plan, **_control_fields(settings, spec, pool, measured, priority, max_cost)}
+    if notify:
+        plan["notify_url"] = notify
     store.put_json(
         keys.spec_key(job_id),
         {
@@ -93,6 +99,7 @@ def submit(
             "source_sha256": digest,
             "chunks": [list(c.frames) for c in chunks],
             "submitted": time.time(),
+            "control": plan,  # priority, budget and plan: a rebuilt ledger keeps them
         },
     )
     ledger.create_job(job_id=job_id, spec=spec, chunks=chunks, source_key=source_key, plan=plan)
@@ -158,6 +165,7 @@ def reopen(
     remake_to = ChunkState.RENDERED if kind_of(job) is JobKind.RENDER else ChunkState.QUEUED
     remade = {i: why for i, why in gone.items() if ledger.remake_chunk(job_id, i, why, remake_to)}
     waiting = ledger.reopen_job(job_id, every_unfinished=every_unfinished)
+    _keep(settings, job_id, state=JobState.RUNNING)
     dispatch = Dispatcher(make_app(settings))
     kind = kind_of(job)
     for chunk in ledger.chunks(job_id):
@@ -173,11 +181,15 @@ def unjoinable_chunks(store: Store, ledger: JobControlLedger, job_id: str) -> di
     """The done chunks whose segment the stitch cannot read as their manifest describes it
     (the manifest or the segment gone from the store, or another size), with why. Read 16 at a
     time: a long job's thousand chunks are a few seconds of HEADs, not minutes."""
-    done = [int(c["index"]) for c in ledger.chunks(job_id) if c.get("state") == ChunkState.DONE]
+    done = {
+        int(c["index"]): keys.chunk_manifest_key(job_id, c)
+        for c in ledger.chunks(job_id)
+        if c.get("state") == ChunkState.DONE
+    }
 
     def why(index: int) -> str:
         try:
-            segment = store.get_json(keys.manifest_key(job_id, index))["segment"]
+            segment = store.get_json(done[index])["segment"]
             key, size, etag = str(segment["key"]), int(segment["size"]), segment.get("etag", "")
         except ObjectMissing:
             return "its manifest is gone from the store"
@@ -280,6 +292,7 @@ def _replace_scene(
         assets.upload(store, traced)
         store.put_json(spec.assets_key, traced.manifest.to_json())
     ledger.replace_source(job_id, source_key)
+    _keep(settings, job_id, source_key=source_key)
 
 
 def _check_same_video(job_id: str, spec: JobSpec, info: SceneInfo) -> None:
@@ -329,6 +342,31 @@ def _control_fields(
     return fields
 
 
+def _keep(settings: Settings, job_id: str, **changes: Any) -> None:
+    """What was just decided about the job, kept in the store (farm.control.rebuild); where the
+    store refuses, the decision stands in the ledger and the warning says what a ledger rebuilt
+    from the store would not know."""
+    try:
+        record_control(Store.from_settings(settings), job_id, **changes)
+    except FarmError as exc:
+        log.warning(
+            "job %s: %s is in the ledger but not kept in the store (%s): a ledger rebuilt from "
+            "the store would not know it", job_id, ", ".join(f"{k}={v}" for k, v in changes.items()), exc,
+        )  # fmt: skip
+
+
+def cancel(settings: Settings, job_id: str) -> list[int]:
+    """`farm cancel`: queued chunks never start, running ones stop within seconds; the store
+    keeps the cancel (a rebuilt ledger leaves the job cancelled). The unfinished chunks."""
+    ledger = Ledger.from_url(settings.redis_url)
+    job = ledger.job_or_fail(job_id)
+    if job.get("state") in ENDED:
+        raise FarmError(f"job {job_id} is {job['state']} already")
+    chunks = ledger.cancel_job(job_id)
+    _keep(settings, job_id, state=JobState.CANCELLED)
+    return chunks
+
+
 def resend_waiting(settings: Settings, ledger: JobControlLedger, job_id: str) -> int:
     """Send again every chunk that waits for a phase (at the job's priority now), and open the
     completion gate if every chunk is done. A duplicate message is harmless: one claim wins."""
@@ -352,6 +390,8 @@ def pause(settings: Settings, job_id: str, reason: str = "paused by a user") -> 
     move = ledger.pause_job(job_id, reason)
     if not move.moved and move.status != "same":
         raise FarmError(f"job {job_id} is {move.previous}; only queued or running jobs pause")
+    _keep(settings, job_id, state=JobState.PAUSED,
+                   paused_reason=reason)  # fmt: skip
     return move.previous
 
 
@@ -365,6 +405,9 @@ def resume(
     move = ledger.resume_job(job_id, max_cost)
     if not move.moved:
         raise FarmError(f"job {job_id} is {move.previous}; only paused jobs resume")
+    budget = {} if max_cost is None else {"max_cost": max_cost}
+    _keep(settings, job_id, state=JobState.RUNNING,
+                   paused_reason="", **budget)  # fmt: skip
     return resend_waiting(settings, ledger, job_id), ledger.spend(job_id)
 
 
@@ -376,6 +419,7 @@ def reprioritize(settings: Settings, job_id: str, priority: int) -> int:
     if job.get("state") in ENDED:
         raise FarmError(f"job {job_id} is {job['state']}: it has no chunk left to run")
     ledger.set_priority(job_id, priority)
+    _keep(settings, job_id, priority=priority)
     if job.get("state") not in ("queued", "running"):
         return 0  # paused: its chunks are sent at the new priority when it resumes
     return resend_waiting(settings, ledger, job_id)

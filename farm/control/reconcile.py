@@ -13,6 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from farm.control.rebuild import (
+    MarkWatch,
+    Rebuilt,
+    keep_spend,
+    read_control,
+    rebuild,
+    record_control,
+)
 from farm.core import keys
 from farm.core.errors import FarmError
 from farm.core.pipeline import STITCH, Queue, kind_of, running_in, waiting_for
@@ -27,6 +35,10 @@ if TYPE_CHECKING:
     from farm.adapters.store import Store
 
 log = logging.getLogger(__name__)
+
+SPEND_KEEP_S = 60.0
+"""How often the reconciler copies live jobs' spend into the store (farm.control.rebuild): a
+ledger rebuilt from the store counts a job's budget on from at most this long ago."""
 
 UPLOAD_SWEEP_S = 600.0
 """How often the reconciler looks for early uploads to abort: they are kept for hours."""
@@ -43,6 +55,10 @@ class Pass:
     """Work whose message was lost, sent again (chunk -1: the stitch)."""
     aborted: list[str] = field(default_factory=list)
     """Jobs that failed or were cancelled whose early upload (and the parts in it) was dropped."""
+    rebuilt: list[str] = field(default_factory=list)
+    """Jobs the ledger had lost, put back from the store (farm.control.rebuild)."""
+    ended: list[str] = field(default_factory=list)
+    """Jobs that failed or were cancelled, their end kept in the store."""
 
 
 class Reconciler:
@@ -70,6 +86,51 @@ class Reconciler:
         the margin covers a clock that is off by a minute)."""
         self._next_orphan_sweep = 0.0
         self._next_upload_sweep = 0.0
+        self._next_spend_keep = 0.0
+        self._kept_spend: dict[str, dict[str, str]] = {}
+        self.watch = None if store is None else MarkWatch(ledger, store, lambda: self.rebuild(None))
+
+    def rebuild(self, result: Pass | None) -> Rebuilt:
+        """Every job in the store the ledger lost, put back and its waiting chunks sent."""
+        assert self.store is not None
+        rebuilt = rebuild(self.ledger, self.store, self.dispatch)
+        for line in rebuilt.lines():
+            log.warning("rebuild: %s", line)
+        if result is not None:
+            result.rebuilt += [f.job_id for f in rebuilt.of("rebuilt")]
+        return rebuilt
+
+    def check_ledger(self, result: Pass) -> None:
+        """The ledger lost writes (its mark gone or behind the store's copy): rebuild it first."""
+        if self.watch is None:
+            return
+        rebuilt = self.watch.check()
+        if rebuilt is not None:
+            result.rebuilt += [f.job_id for f in rebuilt.of("rebuilt")]
+
+    def keep_spend(self, result: Pass) -> None:
+        """Live jobs' spend, copied into the store where it changed (farm.control.rebuild)."""
+        if self.store is None:
+            return
+        live = self.ledger.live_job_ids()
+        keep_spend(self.ledger, self.store, live, self._kept_spend)
+        self._kept_spend = {j: c for j, c in self._kept_spend.items() if j in set(live)}
+
+    def record_ended(self, result: Pass) -> None:
+        """A job that failed or was cancelled has its end kept in the store, so a ledger rebuilt
+        from the store leaves it ended (a done job's output says so itself). Each is met here once:
+        live_job_ids drops it as it meets it, in the step after this one."""
+        if self.store is None:
+            return
+        ids = self.ledger.live_job_ids(keep_ended=True)
+        for job_id, (state, error) in zip(
+            ids, self.ledger.job_fields(ids, "state", "error"), strict=True
+        ):
+            if state in (JobState.FAILED, JobState.CANCELLED):
+                if read_control(self.store, job_id).get("state") != state:
+                    cost = self.ledger.cost_record(job_id)  # a retry counts on from it
+                    record_control(self.store, job_id, state=state, error=error, cost=cost)
+                result.ended.append(job_id)
 
     def expire_leases(self, result: Pass, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -199,10 +260,13 @@ class Reconciler:
     def run_once(self) -> Pass:
         """One pass; a step that fails is logged and the others still run."""
         result = Pass()
-        steps = [self.expire_leases, self.open_gates]
+        steps = [self.check_ledger, self.record_ended, self.expire_leases, self.open_gates]
         if time.monotonic() >= self._next_orphan_sweep:
             self._next_orphan_sweep = time.monotonic() + self.orphan_after_s / 4
             steps.append(self.resend_orphans)
+        if time.monotonic() >= self._next_spend_keep:
+            self._next_spend_keep = time.monotonic() + SPEND_KEEP_S
+            steps.append(self.keep_spend)
         if time.monotonic() >= self._next_upload_sweep:
             self._next_upload_sweep = time.monotonic() + UPLOAD_SWEEP_S
             steps.append(self.abort_early_uploads)
@@ -221,7 +285,7 @@ class Reconciler:
             try:
                 result = self.run_once()
                 if any((result.requeued, result.failed, result.stitched, result.resent,
-                        result.aborted)):  # fmt: skip
+                        result.aborted, result.rebuilt)):  # fmt: skip
                     log.info("reconcile: %s", result)
             except Exception:  # never let one bad pass end the reconciler
                 log.exception("reconcile pass failed, will retry")

@@ -6,6 +6,7 @@ S3 is the durable record: a job can be rebuilt from what lies under `jobs/{job_i
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 REDIS_PREFIX = "farm"
 
@@ -51,6 +52,19 @@ def frame_key(job_id: str, frame: int, writer: str | None, ext: str = "png") -> 
     return f"jobs/{job_id}/frames/{frame:06d}{tag}.{ext}"
 
 
+FRAME_SHA256 = "sha256"
+"""A stored frame's metadata field for its sha256: with its size and its name's writer, the
+frame's record in the store, which a ledger rebuilt from the store reads back
+(farm.control.rebuild)."""
+
+
+def frame_from_key(key: str, prefix: str) -> tuple[int, str | None] | None:
+    """(frame, writer) of a frame's key under `prefix` (frame_key; writer None for the name
+    before writers), None for another name."""
+    found = _FRAME_NAME.fullmatch(key[len(prefix) :]) if key.startswith(prefix) else None
+    return (int(found[1]), found[2]) if found else None
+
+
 def thumb_key(job_id: str, frame: int, writer: str | None) -> str:
     """A small JPEG of the frame, made by the worker that uploaded it, for the job page; named by
     its writer like the frame (frame_key)."""
@@ -85,6 +99,7 @@ def frame_folder(frame: int, writer: str | None) -> str:
     return "" if writer is None else f"{frame:06d}.c{writer}/"
 
 
+_FRAME_NAME = re.compile(r"(\d{6,})(?:\.c(\d+-\d+))?\.[a-z0-9]+")
 _FRAME_FOLDER = re.compile(r"(\d{6,})\.c(\d+-\d+)")  # frames past 999,999 take 7 digits
 
 
@@ -102,9 +117,39 @@ def segment_key(job_id: str, chunk: int, claim: int, ext: str = "mp4") -> str:
     return f"jobs/{job_id}/segments/{chunk:05d}-claim{claim}.{ext}"
 
 
-def manifest_key(job_id: str, chunk: int) -> str:
-    """Written last: a chunk is done when its manifest exists and verifies."""
-    return f"jobs/{job_id}/manifests/{chunk:05d}.json"
+def manifest_key(job_id: str, chunk: int, writer: str | None) -> str:
+    """Written last: a chunk is done when its manifest exists and verifies. One name per claim
+    (`writer`, keys.writer), recorded on the chunk by its done move (the `manifest` field): a
+    stale attempt's late manifest lands beside the winner's, never over it. `writer` None: the one
+    name every attempt wrote before manifests were fenced (chunks that record no name)."""
+    tag = "" if writer is None else f".c{writer}"
+    return f"{manifests_prefix(job_id)}{chunk:05d}{tag}.json"
+
+
+def manifests_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}/manifests/"
+
+
+def chunk_manifest_key(job_id: str, chunk: Mapping[str, str]) -> str:
+    """The manifest a done chunk's record names (its `manifest` field), else the name before
+    manifests were fenced."""
+    return chunk.get("manifest") or manifest_key(job_id, int(chunk["index"]), None)
+
+
+def frames_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}/frames/"
+
+
+def control_key(job_id: str) -> str:
+    """What was decided about the job after its submit (priority, budget, a fixed scene, a
+    cancel), kept in the store beside its spec: the ledger can be rebuilt from the two."""
+    return f"jobs/{job_id}/control.json"
+
+
+def ledger_mark_key() -> str:
+    """The ledger's mark as the reconciler last saw it (farm.control.rebuild): a ledger whose
+    own mark is missing or older lost jobs, and is rebuilt from the store."""
+    return "ledger/mark.json"
 
 
 def log_key(job_id: str, chunk: int, attempt: int, phase: str, claim: int) -> str:
@@ -127,6 +172,12 @@ def r_live_jobs() -> str:
 def r_live_jobs_seeded() -> str:
     """Set once the live set holds every job recorded before it existed."""
     return f"{REDIS_PREFIX}:jobs:live:seeded"
+
+
+def r_ledger_mark() -> str:
+    """The ledger's mark: its id and a count each reconcile pass adds one to, copied into the
+    store (ledger_mark_key); missing or behind the store's copy, the ledger lost writes."""
+    return f"{REDIS_PREFIX}:ledger:mark"
 
 
 def r_jobs() -> str:

@@ -6,6 +6,7 @@ role's credentials, so a worker cannot rewrite any job, flush Redis, or replace 
 from __future__ import annotations
 
 import hashlib
+import json
 from enum import StrEnum
 
 from farm.core.keys import REDIS_PREFIX
@@ -94,7 +95,11 @@ _WORKER_LEDGER = tuple(
 )
 """Every ledger key a worker's scripts read and write (farm.core.keys); the job lists it only
 reads (_WORKER_READ_ONLY): it cannot add, drop or hide a job."""
-_WORKER_READ_ONLY = (f"{REDIS_PREFIX}:jobs", f"{REDIS_PREFIX}:jobs:live*")
+_WORKER_READ_ONLY = (
+    f"{REDIS_PREFIX}:jobs",
+    f"{REDIS_PREFIX}:jobs:live*",
+    f"{REDIS_PREFIX}:ledger:*",
+)
 
 
 def redis_keys(role: Role) -> tuple[str, ...]:
@@ -114,14 +119,18 @@ def password_rule(password: str) -> str:
     return "#" + hashlib.sha256(password.encode()).hexdigest()
 
 
+def _acl_rules(role: Role) -> tuple[str, ...]:
+    """`role`'s keys, channels and commands as ACL rules."""
+    if role is Role.ADMIN:
+        return ("~*", "&*", "+@all")
+    return (*redis_keys(role), *(f"&{c}" for c in _CHANNELS), *_COMMANDS)
+
+
 def redis_acl(role: Role, password: str) -> str:
     """`role`'s ACL user as one redis.conf `user` line; `password` is an ACL password rule
     (password_rule, or a placeholder the container's entrypoint fills in)."""
-    if role is Role.ADMIN:
-        rules: tuple[str, ...] = ("~*", "&*", "+@all")
-    else:
-        rules = (*redis_keys(role), *(f"&{c}" for c in _CHANNELS), *_COMMANDS)
-    return " ".join(("user", str(role), "on", password, "resetkeys", "resetchannels", *rules))
+    rules = ("user", str(role), "on", password, "resetkeys", "resetchannels", *_acl_rules(role))
+    return " ".join(rules)
 
 
 def redis_conf_users(passwords: dict[Role, str], nobodys: str) -> str:
@@ -147,6 +156,29 @@ def redis_image_users() -> str:
     )
 
 
+ELASTICACHE_USERS = "infra/terraform/modules/broker/redis-users.json"
+"""Where elasticache_users() is kept, from the repository's root: the farm's Terraform reads it."""
+
+
+def elasticache_access_string(role: Role) -> str:
+    """`role`'s ElastiCache user as an RBAC access string: redis_acl's rules with neither a
+    password (ElastiCache sets passwords beside the string and refuses one in it) nor the
+    resets (an access string replaces a user's rules whole, and ElastiCache refuses `reset`)."""
+    return " ".join(("on", *_acl_rules(role)))
+
+
+def elasticache_users() -> str:
+    """ELASTICACHE_USERS: each ElastiCache user's access string by user name, a role's and the
+    `default` user's, which a user group must hold. That one is `off` with no right, unlike
+    redis_conf_users' default: ElastiCache keeps no append-only file to replay as the default
+    user (its replicas follow the primary's replication stream, its backups are snapshots), so
+    nothing runs as default, and a client that names no user is refused. Regenerate with
+    `python -c "from farm.core import roles; print(roles.elasticache_users(), end='')" >
+    infra/terraform/modules/broker/redis-users.json`."""
+    users = {"default": "off -@all"} | {str(r): elasticache_access_string(r) for r in Role}
+    return json.dumps(users, indent=2) + "\n"
+
+
 # ── The store ─────────────────────────────────────────────────────────────────────────────────
 WORKER_OUTPUTS = ("frames", "thumbs", "masters", "file_output", "segments", "manifests", "logs")
 """The folders of a job a worker writes (farm.core.keys), besides its delivered output."""
@@ -170,9 +202,12 @@ def store_actions(role: Role, bucket: str) -> list[str]:
         reads += [f"Read:{bucket}/scenes/*", f"Read:{bucket}/assets/*"]
         return [*reads, *(f"Write:{w}" for w in writes)]
     if role is Role.CONTROL:
-        return [*reads, f"Write:{jobs}/output.*"]
+        # The reconciler keeps jobs' ends and the ledger's mark (farm.control.rebuild).
+        ledger = f"{bucket}/ledger/*"
+        return [*reads, f"Read:{ledger}", f"Write:{jobs}/output.*", f"Write:{jobs}/control.json",
+                f"Write:{ledger}"]  # fmt: skip
     writes = [f"{bucket}/scenes/*", f"{bucket}/assets/*", f"{jobs}/spec.json",
-              f"{jobs}/assets.json"]  # fmt: skip
+              f"{jobs}/assets.json", f"{jobs}/control.json"]  # fmt: skip
     # A submit checks by HEAD whether a scene's or asset's bytes are stored already.
     reads += [f"Read:{bucket}/scenes/*", f"Read:{bucket}/assets/*"]
     return [*reads, *(f"Write:{w}" for w in writes)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Self, TypeVar
 
 import redis
-from redis.backoff import ExponentialBackoff
+from redis.backoff import EqualJitterBackoff
 from redis.retry import Retry
 
 from farm.core import keys
@@ -143,14 +143,18 @@ class LedgerBase:
         short outage delays work instead of failing it. The CLI answers at once instead."""
         retries = 0
         if ride_out_s > 0:
-            retries = max(1, int(ride_out_s / 2))
+            # A capped wait is 1 to 2 s (jittered below): a retry a second of ride-out lasts
+            # at least about ride_out_s, at most twice that.
+            retries = max(1, int(ride_out_s))
         client = redis.Redis.from_url(
             url,
             decode_responses=True,
             socket_connect_timeout=5,
             socket_timeout=10,
             health_check_interval=15,
-            retry=Retry(ExponentialBackoff(cap=2.0, base=0.25), retries),
+            # Equal jitter (half to all of each step): workers cut off together do not all
+            # come back in the same instant when Redis does.
+            retry=Retry(EqualJitterBackoff(cap=2.0, base=0.25), retries),
             retry_on_error=[redis.ConnectionError, redis.TimeoutError] if retries else [],
         )
         return cls(client)
@@ -195,13 +199,16 @@ class LedgerBase:
             ids: list[str] = self.r.zrevrange(keys.r_jobs(), 0, limit - 1)
         return ids
 
-    def live_job_ids(self) -> list[str]:
+    def live_job_ids(self, *, keep_ended: bool = False) -> list[str]:
         """Every job that has not ended, oldest first, however many the farm has had (job_ids
-        lists the newest, for people); the ended ones met here leave the set."""
+        lists the newest, for people); the ended ones met here leave the set (`keep_ended`:
+        they are listed too, and stay until the next call without it)."""
         with wrapped("list live jobs"):
             if not self.r.exists(keys.r_live_jobs_seeded()):
                 self._seed_live_jobs()
             ids: list[str] = self.r.zrange(keys.r_live_jobs(), 0, -1)
+        if keep_ended:
+            return ids
         ended = {
             job_id
             for job_id, (state,) in zip(ids, self.job_fields(ids, "state"), strict=True)

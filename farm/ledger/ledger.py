@@ -31,13 +31,14 @@ from farm.ledger.base import (
 )
 from farm.ledger.fleet import FleetRecords
 from farm.ledger.jobs import JobRecords
+from farm.ledger.restore import RestoreRecords
 from farm.ledger.split import SplitRecords
 
 __all__ = ["Claim", "Ledger", "Move"]
 log = logging.getLogger(__name__)
 
 
-class Ledger(JobRecords, FleetRecords, SplitRecords):
+class Ledger(JobRecords, FleetRecords, SplitRecords, RestoreRecords):
     """All of the farm's Redis state goes through here: chunks' moves, claims, leases and frames
     here; jobs (farm.ledger.jobs), the webhook outbox (farm.ledger.outbox), workers and queues
     (farm.ledger.fleet), splits (farm.ledger.split) in the classes it joins."""

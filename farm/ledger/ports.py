@@ -10,7 +10,7 @@ that `Ledger` is every one of them. The worker attempt's own view is workers.att
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from farm.core import cost
@@ -19,6 +19,7 @@ from farm.core.plan import Chunk
 from farm.core.spec import JobSpec
 from farm.core.state import ChunkState
 from farm.ledger.base import FrameRecord, Move
+from farm.ledger.restore import Mark, RestoredChunk
 
 Records = list[tuple[dict[str, str], list[dict[str, str]], dict[str, str]]]
 """Jobs as `job_records` reads them: each job's hash, its chunks' hashes, its cost hash."""
@@ -98,16 +99,41 @@ class JobControlLedger(Protocol):
     def spend(self, job_id: str, job: dict[str, str] | None = None) -> cost.Spend: ...
 
 
-class ReconcilerLedger(ChunkMover, Protocol):
-    """The reconciler's pass (farm.control.reconcile): expired leases, completion gates, lost
-    messages, early uploads left behind."""
+class RebuildLedger(Protocol):
+    """The ledger rebuilt from the store (farm.control.rebuild), and its mark."""
+
+    def job(self, job_id: str) -> dict[str, str]: ...
+    def frame_records(
+        self, job_id: str, frames: Iterable[int] | None = None
+    ) -> dict[int, FrameRecord]: ...
+    def restore_job(
+        self,
+        job_id: str,
+        *,
+        job: Mapping[str, str],
+        chunks: Sequence[RestoredChunk],
+        records: Mapping[int, FrameRecord],
+        submitted: float,
+        claims: Mapping[int, int],
+        cost: Mapping[str, str] | None = None,
+    ) -> bool: ...
+    def cost_record(self, job_id: str) -> dict[str, str]: ...
+    def add_frame_records(self, job_id: str, records: Mapping[int, FrameRecord]) -> int: ...
+    def try_start_stitch(self, job_id: str) -> bool: ...
+    def mark(self) -> Mark | None: ...
+    def advance_mark(self, base: Mark | None = None) -> Mark: ...
+
+
+class ReconcilerLedger(ChunkMover, RebuildLedger, Protocol):
+    """The reconciler's pass (farm.control.reconcile): a ledger that lost writes, expired leases,
+    completion gates, lost messages, early uploads left behind."""
 
     def workers(self, max_age_s: float = 60.0) -> dict[str, dict[str, Any]]: ...
     def job(self, job_id: str) -> dict[str, str]: ...
     def chunk(self, job_id: str, index: int) -> dict[str, str]: ...
     def chunks(self, job_id: str) -> list[dict[str, str]]: ...
     def job_ids(self, limit: int = 50) -> list[str]: ...
-    def live_job_ids(self) -> list[str]: ...
+    def live_job_ids(self, *, keep_ended: bool = False) -> list[str]: ...
     def job_fields(self, job_ids: list[str], *names: str) -> list[tuple[str, ...]]: ...
     def expired_leases(self, now: float | None = None) -> list[tuple[str, int]]: ...
     def drop_lease(self, job_id: str, index: int, *, expired_by: float | None = None) -> None: ...
@@ -177,6 +203,7 @@ if TYPE_CHECKING:
     _SUBMIT: type[SubmitLedger] = Ledger
     _JOB_CONTROL: type[JobControlLedger] = Ledger
     _RECONCILER: type[ReconcilerLedger] = Ledger
+    _REBUILD: type[RebuildLedger] = Ledger
     _CENSUS: type[CensusLedger] = Ledger
     _WEB: type[WebLedger] = Ledger
     _SPLITTER: type[SplitterLedger] = Ledger

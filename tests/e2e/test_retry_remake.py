@@ -24,7 +24,9 @@ def test_a_retry_makes_a_chunk_whose_segment_is_gone_again(
              local_farm)  # fmt: skip
     # Held while the segment goes: the stitch must meet its absence, not race it.
     local_farm.farm("pause", job_id, check=True)
-    segment = store.get_json(keys.manifest_key(job_id, 0))["segment"]["key"]
+    segment = store.get_json(keys.chunk_manifest_key(job_id, ledger.chunk(job_id, 0)))["segment"][
+        "key"
+    ]
     store.delete(segment)
     local_farm.farm("resume", job_id, check=True)
 

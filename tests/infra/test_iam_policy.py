@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from farm.core import keys
+from farm.core.roles import Role
 
 from .iam import Decision, Request, decide
 from .tfdoc import TERRAFORM_DIR, blocks, find_tool, module_calls, variables
@@ -29,10 +30,12 @@ REGION = "eu-west-1"
 KMS_KEY = f"arn:aws:kms:{REGION}:111122223333:key/farm"
 SECRETS = {
     name: f"arn:aws:secretsmanager:{REGION}:111122223333:secret:farm/{name}"
-    for name in ("redis", "flower", "webhook")
+    for name in (*(f"redis-{role}" for role in Role), "flower", "webhook")
 }
 ASG = f"arn:aws:autoscaling:{REGION}:111122223333:autoScalingGroup:*:autoScalingGroupName/farm-*"
 ROLES = ("worker", "control", "submitter")
+REDIS_ROLES = {"worker": Role.WORKER, "control": Role.CONTROL, "submitter": Role.CLI}
+"""The Redis user (farm.core.roles) each IAM role's code runs as; admin's is no IAM role's."""
 # Actions AWS offers no resource-level permissions for; each needs Resource "*".
 UNSCOPABLE = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
 
@@ -72,12 +75,14 @@ JOB_KEYS = {
     "manifest": _key(keys.manifest_key),
     "log": _key(keys.log_key),
     "output": _key(keys.output_key),
+    "control record": _key(keys.control_key),
     "other job file": keys.job_prefix(SAMPLES["job_id"]) + "notes.txt",
 }
 KEYS = {
     "scene": _key(keys.scene_key),
     "video master": _key(keys.scene_key, suffix=".mov"),
     "asset": _key(keys.asset_key),
+    "ledger mark": keys.ledger_mark_key(),
     **JOB_KEYS,
 }
 SOURCES = {"scene", "video master", "asset"}
@@ -114,24 +119,27 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "DeleteObject": set(),
     },
     # farm web reads thumbnails and logs and signs a link to the output; the reconciler aborts
-    # the early upload (into the output's key) of a failed or cancelled job.
+    # the early upload (into the output's key) of a failed or cancelled job, reads a job back
+    # to rebuild a ledger that lost it, and keeps jobs' ends and the ledger's mark
+    # (farm.control.rebuild).
     "control": {
-        "GetObject/HeadObject": set(JOB_KEYS),
-        "PutObject": set(),
-        "PutObject If-None-Match": set(),
+        "GetObject/HeadObject": set(JOB_KEYS) | {"ledger mark"},
+        "PutObject": {"control record", "ledger mark"},
+        "PutObject If-None-Match": {"control record", "ledger mark"},
         "PutObject tagged": set(),
-        "multipart upload": set(),
+        "multipart upload": {"control record", "ledger mark"},
         "AbortMultipartUpload": {"output"},
         "DeleteObject": set(),
     },
     # farm submit and retry --scene upload sources by hash (a HEAD first) and write the job's
-    # record; fetch, logs and retry's segment check read the job.
+    # record (pause, resume, priority, cancel and retry its control record); fetch, logs and
+    # retry's segment check read the job.
     "submitter": {
         "GetObject/HeadObject": SOURCES | set(JOB_KEYS),
-        "PutObject": SOURCES | {"spec", "asset manifest"},
-        "PutObject If-None-Match": SOURCES | {"spec", "asset manifest"},
+        "PutObject": SOURCES | {"spec", "asset manifest", "control record"},
+        "PutObject If-None-Match": SOURCES | {"spec", "asset manifest", "control record"},
         "PutObject tagged": set(),
-        "multipart upload": SOURCES | {"spec", "asset manifest"},
+        "multipart upload": SOURCES | {"spec", "asset manifest", "control record"},
         "AbortMultipartUpload": SOURCES,
         "DeleteObject": set(),
     },
@@ -139,14 +147,17 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
 WRITE_ONCE = ["jobs/*/manifests/*", "jobs/*/output.*", "scenes/*", "assets/*"]
 
 
-def _render(root: Path, write_once_keys: list[str]) -> dict[str, dict[str, Any]]:
-    """Each role's policy as Terraform renders it, for sample ARNs."""
+def _terraform(
+    root: Path, write_once_keys: list[str], redis_roles: tuple[Role, ...]
+) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """terraform init and apply of the policies for sample ARNs (the Redis password secrets of
+    `redis_roles`) in `root`: Terraform's path and the last command it ran."""
     root.mkdir(parents=True)
     arguments = {
         "bucket_arn": BUCKET,
         "kms_key_arn": KMS_KEY,
         "region": REGION,
-        "redis_secret_arn": SECRETS["redis"],
+        "redis_secret_arns": {str(role): SECRETS[f"redis-{role}"] for role in redis_roles},
         "flower_secret_arn": SECRETS["flower"],
         "webhook_secret_arn": SECRETS["webhook"],
         "worker_asg_arn": ASG,
@@ -167,7 +178,17 @@ def _render(root: Path, write_once_keys: list[str]) -> dict[str, dict[str, Any]]
             [terraform, f"-chdir={root}", *command, "-no-color"],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
-        assert run.returncode == 0, f"terraform {command[0]}:\n{run.stdout}\n{run.stderr}"
+        if run.returncode != 0:
+            break
+    return terraform, run
+
+
+def _render(
+    root: Path, write_once_keys: list[str], redis_roles: tuple[Role, ...] = tuple(Role)
+) -> dict[str, dict[str, Any]]:
+    """Each role's policy as Terraform renders it, for sample ARNs."""
+    terraform, run = _terraform(root, write_once_keys, redis_roles)
+    assert run.returncode == 0, f"{run.args}:\n{run.stdout}\n{run.stderr}"
     shown = subprocess.run(
         [terraform, f"-chdir={root}", "output", "-json"],
         capture_output=True, text=True, timeout=60, check=True,
@@ -241,7 +262,13 @@ def test_no_role_lists_uploads_or_touches_another_bucket(
         assert decide(policies[role], request) != Decision.ALLOWED, (role, action, resource)
 
 
-SECRET_READERS = {"redis": set(ROLES), "flower": {"control"}, "webhook": {"control"}}
+SECRET_READERS = {
+    **{
+        f"redis-{role}": {iam for iam, user in REDIS_ROLES.items() if user is role} for role in Role
+    },
+    "flower": {"control"},
+    "webhook": {"control"},
+}
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -254,6 +281,15 @@ def test_each_role_reads_only_its_own_secrets(
     assert allowed == (role in SECRET_READERS[secret])
 
 
+def test_a_missing_roles_redis_secret_is_refused_by_name(tmp_path: Path) -> None:
+    # GIVEN no secret for the cli user's password WHEN the policies render THEN Terraform
+    # refuses and says which secrets to give, rather than a submitter policy reading nothing.
+    _, run = _terraform(tmp_path / "no-cli", [], (Role.ADMIN, Role.CONTROL, Role.WORKER))
+    assert run.returncode != 0
+    said = " ".join(run.stderr.split())  # Terraform wraps its messages
+    assert "Give the worker, control and cli roles' Redis password secrets" in said
+
+
 @pytest.mark.parametrize(
     "role,action,service,expected",
     [
@@ -263,7 +299,7 @@ def test_each_role_reads_only_its_own_secrets(
         ("worker", "kms:Decrypt", "", False),  # not straight from the host: only through S3
         ("worker", "kms:GenerateDataKey", "secretsmanager", False),
         ("control", "kms:Decrypt", "s3", True),
-        ("control", "kms:GenerateDataKey", "s3", False),  # it writes no object
+        ("control", "kms:GenerateDataKey", "s3", True),  # control records, the ledger's mark
         ("control", "kms:Decrypt", "secretsmanager", True),
         ("submitter", "kms:GenerateDataKey", "s3", True),
         ("submitter", "kms:Decrypt", "secretsmanager", True),
@@ -377,5 +413,7 @@ def test_each_role_and_the_submitters_group_get_their_rendered_policy(tf: TF) ->
     assert attachment["group"] == "${aws_iam_group.submitters.name}"
     assert not list(blocks(tf, "data", "aws_iam_policy_document", under="modules/iam/policies"))
     assert module_calls(tf)["iam"]["write_once_keys"] == "${var.write_once_keys}"
+    # The secrets the matrix above checks are the farm's: each role's Redis password's.
+    assert module_calls(tf)["iam"]["redis_secret_arns"] == "${module.secrets.redis_secret_arns}"
     # Every writer of a delivered output sends If-None-Match (the stitch): none may replace one.
     assert variables(tf)["write_once_keys"]["default"] == ["jobs/*/output.*"]

@@ -9,8 +9,10 @@ import hashlib
 import json
 import os
 import re
+import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,9 @@ class FakeStore:
             raise self.fail_puts
         self.objects[key] = path.read_bytes()
 
-    def put_open(self, key: str, body: Any, *, intermediate: bool = False) -> None:
+    def put_open(
+        self, key: str, body: Any, *, intermediate: bool = False, metadata: Any = None
+    ) -> None:
         if self.fail_puts:
             raise self.fail_puts
         body.seek(0)
@@ -142,7 +146,10 @@ def test_a_clean_chunk_is_one_try_through_both_phases(ctx: WorkerContext) -> Non
     result = run(ctx, 0, SEGMENT, lambda a: manifest)
     chunk = ctx.ledger.chunk("j1", 0)
     assert (chunk["state"], chunk["attempt"], result["chunk"]) == ("done", "1", 0)
-    assert keys.manifest_key("j1", 0) in ctx.store.objects  # type: ignore[attr-defined]
+    # The manifest goes under the claim's own name, which the done move records on the chunk.
+    # (claim 2: the render phase's claim was the chunk's first)
+    assert chunk["manifest"] == keys.manifest_key("j1", 0, keys.writer(0, 2))
+    assert chunk["manifest"] in ctx.store.objects  # type: ignore[attr-defined]
     assert ("stitch", "j1", -1) not in sent(ctx)
 
 
@@ -553,7 +560,7 @@ def test_an_attempt_cut_off_from_the_ledger_writes_nothing_once_its_lease_may_be
 
     result = run(short, 0, RENDER, cut_off)
     assert "lost" in result and re.search(r"lease not renewed for \d+ s", str(result["lost"]))
-    assert keys.manifest_key("j1", 0) not in ctx.store.objects  # type: ignore[attr-defined]
+    assert not any("/manifests/" in k for k in ctx.store.objects)  # type: ignore[attr-defined]
     assert ctx.ledger.chunk("j1", 0)["state"] == ChunkState.RENDERING  # the reconciler's now
 
 
@@ -597,11 +604,15 @@ def test_a_lost_attempts_late_segment_lands_beside_the_newer_one_never_over_it(
     objects: dict[str, bytes] = ctx.store.objects  # type: ignore[attr-defined]
     segments = {k: v for k, v in objects.items() if "/segments/" in k}
     assert sorted(segments.values()) == [b"late", b"newer"]  # side by side
-    # Whichever manifest is last names a segment holding the bytes it describes.
+    # The late manifest lands beside the winner's too, and the chunk names the winner's, which
+    # names the newer segment.
+    manifests = [k for k in objects if "/manifests/" in k]
+    assert len(manifests) == 2
     manifest = re.search(
-        rb"'key': '([^']+)', 'sha': '([^']+)'", objects[keys.manifest_key("j1", 0)]
+        rb"'key': '([^']+)', 'sha': '([^']+)'", objects[ctx.ledger.chunk("j1", 0)["manifest"]]
     )
-    assert manifest is not None and segments[manifest[1].decode()] == manifest[2]
+    assert manifest is not None and manifest[2] == b"newer"
+    assert segments[manifest[1].decode()] == b"newer"
 
 
 def test_output_a_handler_cannot_read_fails_the_chunk_and_is_counted(ctx: WorkerContext) -> None:
@@ -612,13 +623,21 @@ def test_output_a_handler_cannot_read_fails_the_chunk_and_is_counted(ctx: Worker
     def unreadable(line: str) -> None:
         raise ValueError("no frame number")
 
+    pid_file = ctx.scratch / "child.pid"
+
     def render(attempt: ChunkAttempt) -> Outcome:
-        attempt.run_child(["sh", "-c", "echo Fra:x; sleep 30"], what="Blender", on_line=unreadable)
+        # The child sleeps for an hour: only a stop ends it within the wait below.
+        script = f"echo $$ > {pid_file}; echo Fra:x; exec sleep 3600"
+        attempt.run_child(["sh", "-c", script], what="Blender", on_line=unreadable)
         return succeed(attempt)
 
-    started = time.monotonic()
-    result = run(ctx, 0, RENDER, render)
-    assert time.monotonic() - started < 20  # stopped, not waited out
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run, ctx, 0, RENDER, render)
+        try:
+            result = running.result(timeout=120)
+        except TimeoutError:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)  # end it, so the attempt returns
+            raise AssertionError("the attempt waited its child out, not stopped") from None
     chunk = ctx.ledger.chunk("j1", 0)
     assert (chunk["state"], chunk["failures"], chunk.get("interruptions", "0")) == (
         "queued", "1", "0",

@@ -28,13 +28,19 @@ class Counted:
         self.sent: list[str] = []
         self.copied: list[tuple[str, str]] = []
 
-    def put_open(self, key: str, body: Any, *, intermediate: bool = False) -> str:
+    def put_open(
+        self, key: str, body: Any, *, intermediate: bool = False, metadata: Any = None
+    ) -> str:
         self.sent.append(key)
-        return self.store.put_open(key, body, intermediate=intermediate)
+        return self.store.put_open(key, body, intermediate=intermediate, metadata=metadata)
 
-    def copy(self, source: str, key: str, *, etag: str = "", intermediate: bool = False) -> str:
+    def copy(
+        self, source: str, key: str, *, etag: str = "", intermediate: bool = False,
+        metadata: Any = None,
+    ) -> str:  # fmt: skip
         self.copied.append((source, key))
-        return self.store.copy(source, key, etag=etag, intermediate=intermediate)
+        return self.store.copy(source, key, etag=etag, intermediate=intermediate,
+                               metadata=metadata)  # fmt: skip
 
 
 def _upload(store: Counted, ledger: Ledger, job_id: str, frame: int, preview: Path,
@@ -92,6 +98,9 @@ def test_a_frame_that_is_its_preview_is_sent_once_and_copied_by_the_store(
     record = ledger.frame_records("linked")[7]
     assert record == (300_000, hashlib.sha256(master.read_bytes()).hexdigest(), "0-0")
     assert uploader.done == [7]
+    # The copy carries the frame's record (its sha256) as its own metadata.
+    assert store.head_metadata(frame_key) == (300_000, store.head(frame_key)[1],  # type: ignore[index]
+                                              {"sha256": record.sha256})  # fmt: skip
 
 
 def test_a_preview_saved_apart_is_sent_itself(store: Store, ledger: Ledger, tmp_path: Path) -> None:
@@ -104,14 +113,21 @@ def test_a_preview_saved_apart_is_sent_itself(store: Store, ledger: Ledger, tmp_
     frame_key = _sent_itself(store, counted, "apart", 3, master, b"png" * 500)
     assert _tags(store, frame_key) == INTERMEDIATE_TAG
     assert ledger.frame_records("apart")[3][0] == 1500
+    # The frame's record is in the store too (its size, and its sha256 as metadata): a ledger
+    # rebuilt from the store reads it back (farm.control.rebuild).
+    size, _, metadata = store.head_metadata(frame_key) or (0, "", {})
+    assert (size, metadata) == (1500, {"sha256": ledger.frame_records("apart")[3].sha256})
 
 
 class Overwritten(Counted):
     """The master changes between this attempt's upload and its copy."""
 
-    def copy(self, source: str, key: str, *, etag: str = "", intermediate: bool = False) -> str:
+    def copy(
+        self, source: str, key: str, *, etag: str = "", intermediate: bool = False,
+        metadata: Any = None,
+    ) -> str:  # fmt: skip
         self.store.put_bytes(source, b"another attempt's frame")
-        return super().copy(source, key, etag=etag, intermediate=intermediate)
+        return super().copy(source, key, etag=etag, intermediate=intermediate, metadata=metadata)
 
 
 def test_a_master_replaced_before_its_copy_is_not_copied_the_frame_is_sent(

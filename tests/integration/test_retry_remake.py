@@ -36,8 +36,10 @@ def _done_job(ledger: Ledger, store: Store, job_id: str) -> None:
     for index in (0, 1):
         key = keys.segment_key(job_id, index, 1)
         store.put_bytes(key, b"segment %d" % index)
-        store.put_json(keys.manifest_key(job_id, index), {"segment": {"key": key, "size": 9}})
-        ledger.r.hset(keys.r_chunk(job_id, index), "state", ChunkState.DONE)
+        manifest = keys.manifest_key(job_id, index, keys.writer(index, 1))
+        store.put_json(manifest, {"segment": {"key": key, "size": 9}})
+        ledger.r.hset(keys.r_chunk(job_id, index), mapping={"state": ChunkState.DONE,
+                                                            "manifest": manifest})  # fmt: skip
     ledger.r.hset(keys.r_job(job_id), "chunks_done", 2)
 
 
@@ -75,13 +77,14 @@ def test_a_chunk_whose_manifest_is_gone_or_segment_differs_is_made_again(
     _done_job(ledger, store, job_id)
     key = keys.segment_key(job_id, 0, 1)
     if damage == "manifest":
-        store.delete(keys.manifest_key(job_id, 0))
+        store.delete(keys.manifest_key(job_id, 0, keys.writer(0, 1)))
     elif damage == "garbled":
-        store.put_bytes(keys.manifest_key(job_id, 0), b"{not json")
+        store.put_bytes(keys.manifest_key(job_id, 0, keys.writer(0, 1)), b"{not json")
     elif damage == "etag":  # the same size, other bytes: not the segment the manifest names
         etag = store.put_file(key, _file(b"segment 0"))
         store.put_json(
-            keys.manifest_key(job_id, 0), {"segment": {"key": key, "size": 9, "etag": etag}}
+            keys.manifest_key(job_id, 0, keys.writer(0, 1)),
+            {"segment": {"key": key, "size": 9, "etag": etag}},
         )
         store.put_bytes(key, b"segment X")
     else:

@@ -67,7 +67,7 @@ def stored(
         frames = ffprobe(part)["streams"][0]["nb_frames"]
         key = keys.segment_key(job_id, index, 1)
         etag = store.put_file(key, part)
-        store.put_json(keys.manifest_key(job_id, index), {
+        store.put_json(keys.manifest_key(job_id, index, None), {
             "frame_count": int(frames), "frames": {"first": firsts[index]},
             "encoder": {"name": "libx264"},
             "segment": {"key": key, "size": part.stat().st_size, "sha256": sha256_file(part),

@@ -210,7 +210,7 @@ def stored_segments(
         part = segment(tmp_path / f"seg{index}.mp4", count, colour, preset="medium")
         key = keys.segment_key("j1", index, 1)
         store.put_segment(key, part)
-        store.objects[keys.manifest_key("j1", index)] = {
+        store.objects[keys.manifest_key("j1", index, None)] = {
             "frame_count": count,
             "frames": [{"frame": first + n} for n in range(count)],
             "encoder": encoder,
@@ -230,6 +230,7 @@ def test_a_split_chunk_joins_in_frame_order(ledger: Ledger, tmp_path: Path) -> N
     # GIVEN frames 1-8 in chunks 0 (1-2, split), 1 (5-8) and 2 (3-4, the rest of chunk 0)
     spec = make_job(ledger, frames="1-8", chunk_size=4, resolution="64x48", samples=1)
     ledger.r.hset(keys.r_job("j1"), mapping={"state": "stitching", "chunks_total": 3})
+    ledger.r.hset(keys.r_chunk("j1", 2), mapping={"index": 2, "state": "done"})  # the split's
     store = SegmentStore(tmp_path)
     cuts = [(0, 1, 2, "red"), (1, 5, 4, "blue"), (2, 3, 2, "green")]
     stored_segments(store, tmp_path, cuts, {"name": "libx264"})

@@ -220,7 +220,9 @@ class _Recorder:
         self.stored: list[str] = []
         self.recorded: list[int] = []
 
-    def put_open(self, key: str, body: object, intermediate: bool = False) -> str:
+    def put_open(
+        self, key: str, body: object, intermediate: bool = False, metadata: object = None
+    ) -> str:
         self.stored.append(key)
         return "etag"
 

@@ -17,7 +17,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -325,7 +325,11 @@ def run_attempt(
             attempt.settle()  # the log is in the store before the chunk is recorded
             attempt.check_lease("before the result was recorded")
             if outcome.manifest is not None:
-                ctx.store.put_json(keys.manifest_key(job_id, index), outcome.manifest)
+                # Under this claim's own name, which the done move records on the chunk: a stale
+                # attempt's late manifest lands beside the winner's, never over it.
+                manifest = keys.manifest_key(job_id, index, keys.writer(index, attempt.claim))
+                ctx.store.put_json(manifest, outcome.manifest)
+                outcome = replace(outcome, fields={**outcome.fields, "manifest": manifest})
     finally:
         attempt.settle(quiet=True)  # a failed attempt's log too, before its workspace goes
         shutil.rmtree(attempt.workspace, ignore_errors=True)

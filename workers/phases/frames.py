@@ -87,6 +87,11 @@ class OutputCaps:
             )
 
 
+def frame_metadata(sha256: str) -> dict[str, str]:
+    """The frame's record in the store (keys.FRAME_SHA256)."""
+    return {keys.FRAME_SHA256: sha256}
+
+
 @dataclass(slots=True)
 class FrameUploader:
     """Uploads frames in the background as Blender saves them, so rendering never waits on S3.
@@ -199,14 +204,17 @@ class FrameUploader:
                 if stored is not None or not _copyable(fh, path):
                     continue
                 stored = _measure(fh)
+                record = frame_metadata(stored[1])
                 try:
-                    self.store.copy(key, frame_key, etag=etag, intermediate=True)
+                    self.store.copy(key, frame_key, etag=etag, intermediate=True, metadata=record)
                 except ObjectChanged:  # not the bytes just sent: send them again
-                    self.store.put_open(frame_key, fh, intermediate=True)
+                    self.store.put_open(frame_key, fh, intermediate=True, metadata=record)
         if stored is None:
             with open_boxed(path) as fh:
                 stored = _measure(fh)
-                self.store.put_open(frame_key, fh, intermediate=True)
+                self.store.put_open(
+                    frame_key, fh, intermediate=True, metadata=frame_metadata(stored[1])
+                )
         return *stored, output_bytes
 
     def _store_outputs(self, saved: _Saved) -> int:

@@ -61,15 +61,13 @@ class SegmentRef:
         return self.frames, Fraction(self.frames) / self.fps
 
 
-def segment_refs(ctx: WorkerContext, job_id: str, chunks_total: int) -> list[SegmentRef]:
-    """Every chunk's manifest, read in parallel, in the order of their first frames: a split
-    chunk's rest has a later index than chunks after it in the video (farm.core.split)."""
+def segment_refs(ctx: WorkerContext, job_id: str) -> list[SegmentRef]:
+    """Every chunk's manifest, the one its record names (its winning claim's), read in parallel,
+    in the order of their first frames: a split chunk's rest has a later index than chunks after
+    it in the video (farm.core.split)."""
+    named = [keys.chunk_manifest_key(job_id, chunk) for chunk in ctx.ledger.chunks(job_id)]
     with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="manifest") as pool:
-        manifests = list(
-            pool.map(
-                lambda i: ctx.store.get_json(keys.manifest_key(job_id, i)), range(chunks_total)
-            )
-        )
+        manifests = list(pool.map(ctx.store.get_json, named))
     refs = sorted((_ref(m, i) for i, m in enumerate(manifests)), key=lambda r: r.first)
     names = {ref.encoder["name"] for ref in refs}
     if len(names) > 1:
@@ -143,7 +141,7 @@ def stitch_frames(
     the object store where their samples can be copied there (workers.phases.s3join), else here."""
     started = time.monotonic()
     with stitch_workspace(ctx, job_id) as work:
-        refs = segment_refs(ctx, job_id, int(job["chunks_total"]))
+        refs = segment_refs(ctx, job_id)
         in_store = stitch_in_store(ctx, job_id, job, spec, refs, started)
         if in_store is not None:
             return in_store

@@ -81,7 +81,7 @@ def stitch_master(
     master = spec.master
     started = time.monotonic()
     with stitch_workspace(ctx, job_id) as work:
-        refs = segment_refs(ctx, job_id, int(job["chunks_total"]))
+        refs = segment_refs(ctx, job_id)
         encoders = [{k: v for k, v in ref.encoder.items() if k != "argv"} for ref in refs]
         check_encoders(encoders)
         out = work / f"output.{spec.codec.container}"

@@ -1,0 +1,154 @@
+"""A job put back into the ledger from what the store holds of it (farm.control.rebuild), and the
+ledger's mark, by which the reconciler notices a ledger that lost writes."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import WatchError
+
+from farm.core import keys
+from farm.core.state import ChunkState
+from farm.ledger.base import FrameRecord, wrapped
+from farm.ledger.outbox import Outbox
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """The ledger's mark: `ledger` names this ledger's life (a new one each time it starts
+    empty), `count` grows by one each reconcile pass."""
+
+    ledger: str
+    count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ledger": self.ledger, "count": self.count}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Mark:
+        return cls(ledger=str(data["ledger"]), count=int(data["count"]))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RestoredChunk:
+    """A chunk as the store says it stands: done with the manifest it names, or waiting."""
+
+    index: int
+    frames: Sequence[int]
+    manifest: str = ""
+    """The done chunk's manifest ('' for a chunk that waits to be rendered)."""
+
+
+_ACCRUING = ("run_per_s", "run_base")
+"""The cost hash's sums of the attempts running when it was kept (farm.core.cost.job_cost): they
+ended with the ledger, and a rebuilt job starts with none."""
+
+
+class RestoreRecords(Outbox):
+    def restore_job(
+        self,
+        job_id: str,
+        *,
+        job: Mapping[str, str],
+        chunks: Sequence[RestoredChunk],
+        records: Mapping[int, FrameRecord],
+        submitted: float,
+        claims: Mapping[int, int],
+        cost: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Write the job back, whole, in one transaction, only where the ledger holds no record
+        of it (a rebuild racing another, or a job the ledger kept, changes nothing): its hash
+        (`job`: every field but the counts), its chunks, its frames' records and its place in
+        the job lists. `claims`: each chunk's claims so far (its next claim counts on from
+        them); `cost`: the job's spend as last kept (its cost hash, less the running attempts'
+        accrual, which ended with them). True when written."""
+        done = [c for c in chunks if c.manifest]
+        fields = {**job, "chunks_total": len(chunks), "chunks_done": len(done)}
+        with wrapped("rebuild the job"), self.r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(keys.r_job(job_id))
+                if pipe.exists(keys.r_job(job_id)):
+                    return False
+                pipe.multi()
+                pipe.hset(keys.r_job(job_id), mapping=fields)
+                for chunk in chunks:
+                    state = ChunkState.DONE if chunk.manifest else ChunkState.QUEUED
+                    pipe.hset(
+                        keys.r_chunk(job_id, chunk.index),
+                        mapping={
+                            "index": chunk.index,
+                            "state": str(state),
+                            "frames": json.dumps(list(chunk.frames)),
+                            "frame_count": len(chunk.frames),
+                            "attempt": 0,
+                            "claims": claims.get(chunk.index, 0),
+                            "failures": 0,
+                            "interruptions": 0,
+                            "token": "",
+                            "worker": "",
+                            "error": "",
+                            "manifest": chunk.manifest,
+                        },
+                    )
+                if records:
+                    pipe.hset(
+                        keys.r_frames(job_id),
+                        mapping={
+                            str(frame): f"{r.size_bytes}:{r.sha256}:{r.writer}"
+                            if r.writer
+                            else f"{r.size_bytes}:{r.sha256}"
+                            for frame, r in records.items()
+                        },
+                    )
+                spent = {k: v for k, v in (cost or {}).items() if k not in _ACCRUING}
+                if spent:
+                    pipe.hset(keys.r_cost(job_id), mapping=spent)
+                pipe.zadd(keys.r_jobs(), {job_id: submitted})
+                pipe.zadd(keys.r_live_jobs(), {job_id: submitted})
+                pipe.execute()
+            except WatchError:
+                return False  # another rebuild wrote it first
+        self.event(
+            job_id, "rebuilt", chunks=len(chunks), chunks_done=len(done), frames_kept=len(records)
+        )
+        return True
+
+    def add_frame_records(self, job_id: str, records: Mapping[int, FrameRecord]) -> int:
+        """Records of frames the store holds that the ledger lost (rolled back): each only where
+        the ledger has none for its frame. The number added."""
+        added = 0
+        with wrapped("restore frame records"):
+            pipe = self.r.pipeline(transaction=False)
+            for frame, r in records.items():
+                value = (
+                    f"{r.size_bytes}:{r.sha256}:{r.writer}"
+                    if r.writer
+                    else f"{r.size_bytes}:{r.sha256}"
+                )
+                pipe.hsetnx(keys.r_frames(job_id), str(frame), value)
+            added = sum(1 for x in pipe.execute() if x)
+        return added
+
+    def mark(self) -> Mark | None:
+        """The ledger's mark, None when it has none (an empty ledger, or one from before marks)."""
+        with wrapped("read the ledger's mark"):
+            ledger, count = self.r.hmget(keys.r_ledger_mark(), "ledger", "count")
+        return None if ledger is None else Mark(ledger=ledger, count=int(count or 0))
+
+    def advance_mark(self, base: Mark | None = None) -> Mark:
+        """One more pass: the mark's count plus one, counting on from `base` (the store's copy)
+        where the ledger's is behind it (a new ledger, or one rolled back), so a later loss is
+        seen against it; a ledger without a mark gets a new name."""
+        mark = keys.r_ledger_mark()
+        with wrapped("advance the ledger's mark"):
+            self.r.hsetnx(mark, "ledger", f"{time.time():.0f}-{secrets.token_hex(4)}")
+            if base is not None and int(self.r.hget(mark, "count") or 0) < base.count:
+                self.r.hset(mark, "count", base.count)
+            count = int(self.r.hincrby(mark, "count", 1))
+            ledger = self.r.hget(mark, "ledger")
+        return Mark(ledger=str(ledger), count=count)
