@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
@@ -102,7 +103,13 @@ def submit(
             "control": plan,  # priority, budget and plan: a rebuilt ledger keeps them
         },
     )
-    ledger.create_job(job_id=job_id, spec=spec, chunks=chunks, source_key=source_key, plan=plan)
+    try:
+        ledger.create_job(job_id=job_id, spec=spec, chunks=chunks, source_key=source_key, plan=plan)
+    except FarmError:
+        # Not submitted: a ledger rebuilt from the store must not find it (farm.control.rebuild).
+        with contextlib.suppress(FarmError):
+            store.delete(keys.spec_key(job_id))
+        raise
     dispatch = Dispatcher(make_app(settings), priority_of=lambda _: priority)
     first = first_phase(spec.kind).phase
     for chunk in chunks:

@@ -368,15 +368,19 @@ def _send(
 
 
 def _catch_up(ledger: RebuildLedger, store: Store, job_id: str, job: dict[str, str]) -> Found:
-    """A job the ledger holds: the stored frames of it that the ledger has no record of (it was
-    rolled back to before they were recorded) get their records back."""
-    if job.get("state") in ENDED or job.get("kind") != JobKind.RENDER:
+    """A job the ledger holds, which may have been rolled back to an older snapshot: its chunks'
+    claim counts are raised past every claim the store has seen (no new attempt writes an old
+    one's names), and the stored frames it has no record of get their records back."""
+    if job.get("state") in ENDED:
+        return Found(job_id, "kept")
+    names = store.sizes(keys.job_prefix(job_id))
+    ledger.raise_claims(job_id, _claims_seen(names))
+    if job.get("kind") != JobKind.RENDER:
         return Found(job_id, "kept")
     have = set(ledger.frame_records(job_id))
     wanted = {f for f in JobSpec.from_json(json.loads(job["spec"])).frames.frames if f not in have}
     if not wanted:
         return Found(job_id, "kept")
-    names = store.sizes(keys.frames_prefix(job_id))
     with ThreadPoolExecutor(LOOKUPS, thread_name_prefix="rebuild") as pool:
         records = JobReader(store, job_id)._records(pool, names, wanted)
     added = ledger.add_frame_records(job_id, records) if records else 0

@@ -72,6 +72,7 @@ class Scripts:
     push_notice: Script
     claim_notices: Script
     record_frame: Script
+    raise_claims: Script
 
     @classmethod
     def registered(cls, client: Any) -> Self:

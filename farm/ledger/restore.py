@@ -134,6 +134,18 @@ class RestoreRecords(Outbox):
             added = sum(1 for x in pipe.execute() if x)
         return added
 
+    def raise_claims(self, job_id: str, claims: Mapping[int, int]) -> int:
+        """Each chunk's claim count raised to at least what the store has seen of its index
+        (never lowered): a ledger rolled back to before those claims must not hand their numbers
+        out again. The number of chunks raised."""
+        with wrapped("raise the chunks' claim counts"):
+            raised = [
+                self.scripts.raise_claims(keys=[keys.r_chunk(job_id, index)], args=[count])
+                for index, count in claims.items()
+                if count > 0
+            ]
+        return sum(1 for r in raised if r)
+
     def mark(self) -> Mark | None:
         """The ledger's mark, None when it has none (an empty ledger, or one from before marks)."""
         with wrapped("read the ledger's mark"):

@@ -108,6 +108,7 @@ def test_a_job_in_the_ledger_gets_back_only_the_records_it_lost(
     ledger.record_frame("j1", 1, 5, "kept", writer="0-1")
     _frame(clean, "j1", 1, "0-1")
     digest = _frame(clean, "j1", 3, "0-1")
+    clean.put_bytes(keys.segment_key("j1", 0, 4), b"a segment of claim 4, lost with the ledger")
 
     result = rebuild(ledger, clean, None)
 
@@ -115,6 +116,8 @@ def test_a_job_in_the_ledger_gets_back_only_the_records_it_lost(
     records = ledger.frame_records("j1")
     assert records[1].sha256 == "kept" and records[3].sha256 == digest
     assert ledger.job("j1")["source_key"] == "k"
+    # Chunk 0's next claim is 5: claim 4's names are taken in the store.
+    assert [c.get("claims", "0") for c in ledger.chunks("j1")] == ["4", "0", "0"]
 
 
 def test_ended_and_paused_jobs_stay_so_and_a_done_job_is_left_to_its_output(
