@@ -202,16 +202,44 @@ def _cut(frames: list[int], size: int, order: dict[int, int]) -> list[list[int]]
     return chunks
 
 
+def _stored_records(
+    store: Store, job_id: str, pool: ThreadPoolExecutor, names: dict[str, int], wanted: set[int]
+) -> dict[int, FrameRecord]:
+    """The stored frames among `wanted` (of `names`, the job's listed keys) with a record (sha256
+    in their metadata), one per frame: the newest claim's where several attempts stored one."""
+    prefix = keys.frames_prefix(job_id)
+    best: dict[int, tuple[tuple[int, int], str, str]] = {}
+    for name in names:
+        parsed = keys.frame_from_key(name, prefix)
+        if parsed is None or parsed[1] is None or parsed[0] not in wanted:
+            continue  # a frame from before writers: no sha256 kept with it
+        frame, writer = parsed[0], parsed[1]
+        chunk, claim = (int(x) for x in writer.split("-"))
+        if frame not in best or (chunk, claim) > best[frame][0]:
+            best[frame] = ((chunk, claim), name, writer)
+
+    def record(
+        item: tuple[int, tuple[tuple[int, int], str, str]],
+    ) -> tuple[int, FrameRecord | None]:
+        frame, (_, name, writer) = item
+        head = store.head_metadata(name)
+        if head is None or not head[2].get(keys.FRAME_SHA256):
+            return frame, None
+        return frame, FrameRecord(head[0], head[2][keys.FRAME_SHA256], writer)
+
+    return {f: r for f, r in pool.map(record, best.items()) if r is not None}
+
+
 class JobReader:
-    """One job read back from the store (`read`), and written to the ledger (`restore`)."""
+    """One job read back from the store (`read`), for `restore` to write to the ledger."""
 
     def __init__(self, store: Store, job_id: str) -> None:
         self.store = store
         self.job_id = job_id
 
     def read(self) -> tuple[Found, dict[str, Any] | None]:
-        """What the store says of the job, and, for an unfinished one, what to restore:
-        {job, chunks, records, submitted, waiting}."""
+        """What the store says of the job, and, for an unfinished one, what to restore: the
+        arguments of RebuildLedger.restore_job (job, chunks, records, claims, submitted, cost)."""
         job_id, store = self.job_id, self.store
         try:
             doc = store.get_json(keys.spec_key(job_id))
@@ -244,9 +272,11 @@ class JobReader:
                 done_frames.update(m.frames)
             every = list(spec.frames.frames)
             waiting = [f for f in every if f not in done_frames]
-            records = self._records(pool, names, set(every)) if spec.kind is JobKind.RENDER else {}
+            render = spec.kind is JobKind.RENDER
+            records = _stored_records(store, job_id, pool, names, set(every)) if render else {}
         order = {frame: i for i, frame in enumerate(every)}
-        size = int(control.get("chunk_size") or spec.chunk_size or len(doc["chunks"][0]))
+        planned = doc.get("chunks") or [[]]
+        size = int(control.get("chunk_size") or spec.chunk_size or len(planned[0]) or 1)
         # Every chunk, done or not, in the video's order, numbered again from 0: a manifest names
         # its segment whatever the chunk's index, and each index's claims count on past every
         # claim the store has seen for it (below), so no new attempt writes an old one's name.
@@ -287,33 +317,6 @@ class JobReader:
         if state == JobState.PAUSED:
             return JobState.PAUSED
         return JobState.RUNNING if done or records else JobState.QUEUED
-
-    def _records(
-        self, pool: ThreadPoolExecutor, names: dict[str, int], wanted: set[int]
-    ) -> dict[int, FrameRecord]:
-        """The stored frames among `wanted` with a record (sha256 in their metadata), one per
-        frame: the newest claim's where several attempts stored one."""
-        prefix = keys.frames_prefix(self.job_id)
-        best: dict[int, tuple[tuple[int, int], str, str | None]] = {}
-        for name in names:
-            parsed = keys.frame_from_key(name, prefix)
-            if parsed is None or parsed[1] is None or parsed[0] not in wanted:
-                continue  # a frame from before writers: no sha256 kept with it
-            frame, writer = parsed[0], parsed[1]
-            chunk, claim = (int(x) for x in writer.split("-"))
-            if frame not in best or (chunk, claim) > best[frame][0]:
-                best[frame] = ((chunk, claim), name, writer)
-
-        def record(
-            item: tuple[int, tuple[tuple[int, int], str, str | None]],
-        ) -> tuple[int, FrameRecord | None]:
-            frame, (_, name, writer) = item
-            head = self.store.head_metadata(name)
-            if head is None or not head[2].get(keys.FRAME_SHA256):
-                return frame, None
-            return frame, FrameRecord(head[0], head[2][keys.FRAME_SHA256], writer)
-
-        return {f: r for f, r in pool.map(record, best.items()) if r is not None}
 
 
 _CONTROL_FIELDS = ("priority", "max_cost", "chunk_size", "chunk_plan", "est_cost_per_frame",
@@ -382,7 +385,7 @@ def _catch_up(ledger: RebuildLedger, store: Store, job_id: str, job: dict[str, s
     if not wanted:
         return Found(job_id, "kept")
     with ThreadPoolExecutor(LOOKUPS, thread_name_prefix="rebuild") as pool:
-        records = JobReader(store, job_id)._records(pool, names, wanted)
+        records = _stored_records(store, job_id, pool, names, wanted)
     added = ledger.add_frame_records(job_id, records) if records else 0
     return Found(job_id, "kept", frames_kept=added)
 
