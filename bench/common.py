@@ -19,7 +19,7 @@ from typing import Any
 from farm.adapters.settings import Settings
 from farm.adapters.store import Store
 from farm.control.credentials import admin_settings
-from farm.control.local import Farm
+from farm.control.processes import Farm
 from farm.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parent.parent

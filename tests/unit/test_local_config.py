@@ -11,7 +11,7 @@ import pytest
 
 from farm.adapters.weedsec import JWT_SECRETS, security_toml
 from farm.control.credentials import farm_secrets
-from farm.control.local import redis_quoted
+from farm.control.stores import redis_quoted
 from farm.core import keys
 from farm.core.roles import (
     Role,
