@@ -1,6 +1,9 @@
 """`python -m bench [overhead|saves|dispatch|stitch|store|ledger|simulate|containers ...] [--quick]`: run the benchmarks,
 each beside its baseline, write one JSON file under bench/results/ and print the table.
 `--rounds N --frames 48,96`: the overhead bench N times over, medians printed.
+`python -m bench soak [--minutes 20] [--seed N] [--faults kill,stop,...]`: the soak under faults
+(bench/soak.py), only when named; it exits 1 unless no frame was lost or duplicated and no job
+was wrongly marked done.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +21,8 @@ from bench import common
 from bench.common import LocalFarm, Row
 
 ALL = ("overhead", "saves", "dispatch", "stitch", "store", "ledger", "simulate", "containers")
+NAMED_ONLY = ("soak",)
+"""Run only when named: never by `python -m bench` (all) nor `make bench`."""
 NEEDS_FARM = {"overhead", "dispatch", "store"}
 
 
@@ -28,9 +34,10 @@ def run(
     *,
     rounds: int = 1,
     frame_counts: list[int] | None = None,
+    soak_args: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the named benchmarks; returns what was written to the results file. `rounds` and
-    `frame_counts`: the overhead bench's (bench.overhead.run)."""
+    `frame_counts`: the overhead bench's (bench.overhead.run); `soak_args`: bench.soak.run's."""
     from bench import containers, dispatch, ledger, overhead, saves, simulate, stitch, store
 
     results: dict[str, Any] = {"machine": common.machine(), "quick": quick, "started": time.time()}
@@ -50,6 +57,7 @@ def run(
             "ledger": lambda: ledger.run(quick),
             "simulate": lambda: simulate.run(quick),
             "containers": lambda: containers.run(quick),
+            "soak": lambda: _soak(quick, work, soak_args or {}),
         }
         for name in names:
             started = time.monotonic()
@@ -67,6 +75,12 @@ def run(
     common.dump(path, results)
     results["path"] = str(path)
     return results
+
+
+def _soak(quick: bool, work: Path | None, args: dict[str, Any]) -> tuple[dict[str, Any], list[Row]]:
+    from bench import soak  # it drives the tests' farm and fault proxies: imported when named
+
+    return soak.run(quick, work=work, **args)
 
 
 def _need(farm: LocalFarm | None) -> LocalFarm:
@@ -93,7 +107,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("names", nargs="*", help=f"any of {', '.join(ALL)}; default: all")
+    parser.add_argument(
+        "names", nargs="*", help=f"any of {', '.join(ALL + NAMED_ONLY)}; default: all but soak"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds, not minutes)")
     parser.add_argument("--out", type=Path, default=common.ROOT / "bench" / "results")
     parser.add_argument(
@@ -108,10 +124,44 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="overhead: these frame counts only, e.g. 48,96 (default 48,96,192)",
     )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="soak: minutes of faults (default 20; with --quick 3)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="soak: the fault schedule's seed (default: drawn, and printed)",
+    )
+    parser.add_argument(
+        "--faults",
+        default="",
+        help="soak: exactly these faults, e.g. kill,stop,store,redis (default: drawn)",
+    )
+    parser.add_argument(
+        "--rebuild-chunks",
+        type=int,
+        default=1000,
+        help="soak: chunks in the store the ledger rebuild is timed on",
+    )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.names) - set(ALL))
+    unknown = sorted(set(args.names) - set(ALL + NAMED_ONLY))
     if unknown:
-        parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(ALL)}")
+        parser.error(
+            f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(ALL + NAMED_ONLY)}"
+        )
+    faults = tuple(f for f in args.faults.split(",") if f)
+    from bench.soakplan import KINDS
+
+    if set(faults) - set(KINDS):
+        parser.error(f"--faults {args.faults}: name faults from {', '.join(KINDS)}")
+    if args.minutes is not None and args.minutes <= 0:
+        parser.error("--minutes must be more than 0")
+    if args.rebuild_chunks < 1:
+        parser.error("--rebuild-chunks must be at least 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -121,17 +171,28 @@ def main(argv: list[str] | None = None) -> None:
         args.out,
         rounds=args.rounds,
         frame_counts=args.frames,
+        soak_args={
+            "minutes": args.minutes,
+            "seed": args.seed,
+            "faults": faults,
+            "rebuild_chunks": args.rebuild_chunks,
+        },
     )
     m = results["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['blender']}")
-    loads = [results[n]["load_avg_1m_after"] for n in ALL if n in results]
+    loads = [results[n]["load_avg_1m_after"] for n in ALL + NAMED_ONLY if n in results]
     print(f"load average (1 min) at start {m['load_avg_at_start'][0]}, after each: {loads}")
     print(table(results["rows"]))
-    for name in ALL:
+    for name in ALL + NAMED_ONLY:
         extra = results.get(name, {}).get("table")
         if extra:
             print(f"\n{name}:\n{extra}")
     print(f"\nresults: {results['path']}")
+    if results.get("soak", {}).get("ok") is False:
+        kept = results["soak"].get("kept")
+        sys.exit(
+            f"soak: frames lost, duplicated or jobs wrongly marked done; the farm is kept in {kept}"
+        )
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ scene = bpy.context.scene
 scene.render.engine = "CYCLES"
 scene.cycles.samples = 1
 scene.cycles.use_denoising = False
+scene.cycles.use_adaptive_sampling = False
 scene.render.resolution_x, scene.render.resolution_y = {WIDTH}, {HEIGHT}
 scene.render.resolution_percentage = 100
 scene.render.fps = 24

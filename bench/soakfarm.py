@@ -20,9 +20,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from farm.adapters.settings import load_settings
-from farm.control.local import Farm
+from farm.control.processes import Farm
 from tests.conftest import LocalFarm, start_farm
 from tests.e2e.farmtools import kill_group, spawn_worker, wait_for
+from tests.faults.listener import HOST
 from tests.faults.proxy import HttpFaultProxy, TcpFaultProxy
 
 PREFIX = "soak"
@@ -76,10 +77,10 @@ class SoakFarm:
         """One more worker, with proxies of its own."""
         role = load_settings(env={}, config_path=self.farm.data / "roles" / "worker.json")
         redis = TcpFaultProxy(_target(role.redis_url)).start()
-        store = TcpFaultProxy((self.store.target[0], self.store.port)).start()
+        store = TcpFaultProxy((HOST, self.store.port)).start()
         self.started += 1
         name = f"{PREFIX}{self.started}@bench"
-        process = spawn_worker(self.farm, name, FARM_S3_ENDPOINT=f"http://127.0.0.1:{store.port}",
+        process = spawn_worker(self.farm, name, FARM_S3_ENDPOINT=f"http://{HOST}:{store.port}",
                                FARM_REDIS_URL=redis.url_for(role.redis_url))  # fmt: skip
         worker = Worker(name=name, process=process, redis=redis, store=store)
         self.workers.append(worker)
