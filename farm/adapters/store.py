@@ -173,6 +173,9 @@ class Store:
                 retries={"max_attempts": 5, "mode": "standard"},
                 connect_timeout=5,
                 read_timeout=60,
+                # Room for the farm's widest fan-out (16 lookups at once: the retry's segment
+                # check, the ledger's rebuild) without dropping and reopening connections.
+                max_pool_connections=32,
             ),
         }
         if settings.s3_endpoint:

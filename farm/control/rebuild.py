@@ -440,8 +440,16 @@ class MarkWatch:
             why = "has no mark" if mark is None else f"is at {mark.count}, the store's copy ahead"
             if mark is not None or stored is not None:
                 log.warning("the ledger %s: it lost writes; rebuilding it from the store", why)
+            # Marked first (a new name where it had none), so a loss during the rebuild is seen
+            # by the advance after it.
+            mark = self.ledger.advance_mark(stored, read=mark)
+            if mark is None:
+                return None  # lost again meanwhile: the next pass rebuilds
             rebuilt = self.on_loss()
-        mark = self.ledger.advance_mark(stored)
-        self.store.put_json(keys.ledger_mark_key(), mark.to_json())
-        self._stored = mark
+        moved = self.ledger.advance_mark(stored, read=mark)
+        if moved is None:  # lost since it was read: the next pass rebuilds
+            log.warning("the ledger lost its mark during this pass; rebuilding on the next")
+            return rebuilt
+        self.store.put_json(keys.ledger_mark_key(), moved.to_json())
+        self._stored = moved
         return rebuilt

@@ -73,6 +73,7 @@ class Scripts:
     claim_notices: Script
     record_frame: Script
     raise_claims: Script
+    advance_mark: Script
 
     @classmethod
     def registered(cls, client: Any) -> Self:

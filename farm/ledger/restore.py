@@ -152,15 +152,16 @@ class RestoreRecords(Outbox):
             ledger, count = self.r.hmget(keys.r_ledger_mark(), "ledger", "count")
         return None if ledger is None else Mark(ledger=ledger, count=int(count or 0))
 
-    def advance_mark(self, base: Mark | None = None) -> Mark:
+    def advance_mark(self, base: Mark | None = None, *, read: Mark | None = None) -> Mark | None:
         """One more pass: the mark's count plus one, counting on from `base` (the store's copy)
         where the ledger's is behind it (a new ledger, or one rolled back), so a later loss is
-        seen against it; a ledger without a mark gets a new name."""
-        mark = keys.r_ledger_mark()
+        seen against it; a ledger without a mark gets a new name. Only under the mark `read`
+        this pass (None: the ledger had none): None where the ledger was lost since, unmarked,
+        so the next pass sees the loss."""
+        new = f"{time.time():.0f}-{secrets.token_hex(4)}"
         with wrapped("advance the ledger's mark"):
-            self.r.hsetnx(mark, "ledger", f"{time.time():.0f}-{secrets.token_hex(4)}")
-            if base is not None and int(self.r.hget(mark, "count") or 0) < base.count:
-                self.r.hset(mark, "count", base.count)
-            count = int(self.r.hincrby(mark, "count", 1))
-            ledger = self.r.hget(mark, "ledger")
-        return Mark(ledger=str(ledger), count=count)
+            moved = self.scripts.advance_mark(
+                keys=[keys.r_ledger_mark()],
+                args=[read.ledger if read else "", new, "" if base is None else base.count],
+            )
+        return Mark(ledger=str(moved[0]), count=int(moved[1])) if moved else None
