@@ -55,6 +55,8 @@ def _walk(ledger: Ledger, job_id: str) -> dict[str, Any]:
     )
     seen["remade"] = ledger.remake_chunk(job_id, 0, "its segment is gone", ChunkState.RENDERED)
     seen["early upload forgotten"] = ledger.forget_early_upload(job_id, "u1")
+    seen["claims raised"] = ledger.raise_claims(job_id, {0: 99})
+    seen["marked"] = ledger.advance_mark(None) is not None
     seen["live"] = job_id in ledger.live_job_ids()
     return seen
 
@@ -99,6 +101,8 @@ def test_the_scripts_go_by_evalsha_and_survive_a_script_flush(ledger: Ledger) ->
         "notices claimed": 2,
         "remade": True,
         "early upload forgotten": True,
+        "claims raised": 1,
+        "marked": True,
         "live": False,
     }
     # AND every script was sent by its SHA, never as a body: loaded once by its first call
