@@ -12,7 +12,7 @@ BPY_RUNTIME := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libx11-6 libxi6 libxx
 # podman (with runc: crun refuses hybrid cgroups) runs the container farm; debootstrap makes its
 # base image where no registry answers (farm.control.images).
 APT_PACKAGES := redis-server ffmpeg blender bubblewrap $(BPY_RUNTIME) chromium tmux \
-  podman runc debootstrap
+  podman runc debootstrap golang-github-containernetworking-plugin-dnsname
 DATA ?= .farm
 export FARM_CONFIG ?= $(CURDIR)/$(DATA)/config.json
 

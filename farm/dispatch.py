@@ -36,6 +36,13 @@ log = logging.getLogger(__name__)
 VISIBILITY_TIMEOUT_S = 12 * 3600
 """Longer than any chunk may run: Redis redelivers unacked messages after this long. The ledger's
 leases, not this timeout, are what bring a lost chunk back quickly."""
+BROKER_SOCKET_TIMEOUT_S = 10.0
+"""How long a broker command waits for Redis's reply, as the ledger does. A worker cut off the
+network comes back with its broker connections half open: with no timeout, its Celery loop blocks
+for good on the first publish over one. With it, and one retry on a new connection after a
+timeout (`retry_on_timeout`), the late ack of the attempt that lost its lease goes through too:
+an ack that fails keeps the message counted against the prefetch of 1, and the worker never takes
+a chunk again. A publish sent twice is harmless: the ledger's claim decides, not the message."""
 
 
 def make_app(settings: Settings, name: str = "farm") -> Celery:
@@ -44,6 +51,8 @@ def make_app(settings: Settings, name: str = "farm") -> Celery:
     transport: dict[str, Any] = {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "priority_steps": PRIORITY_STEPS,
+        "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+        "retry_on_timeout": True,
     }
     app.conf.update(
         task_acks_late=True,

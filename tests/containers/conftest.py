@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -99,3 +100,22 @@ def container_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Contain
         from farm.control import containers
 
         containers.down(farm.data, volumes=True)
+
+
+_WRITER = re.compile(r"\.c(\d+-\d+)[./]|/(\d{5})-(?:\w+-attempt\d+-)?claim(\d+)\.")
+"""The claim an object's key names, as `CHUNK-CLAIM` (farm.core.keys.writer): frames, thumbnails,
+frame folders and manifests (`.c0-3`); logs and segments (`00000-...claim3`)."""
+
+
+def writer_of(key: str) -> str | None:
+    """The claim (keys.writer) whose attempt wrote `key`; None for a key no claim names."""
+    found = _WRITER.search(key)
+    if found is None:
+        return None
+    return found[1] or f"{int(found[2])}-{found[3]}"
+
+
+def job_objects(farm: LocalFarm, job_id: str) -> dict[str, tuple[int, str] | None]:
+    """Every object of the job in the store: its size and ETag."""
+    store = farm.store()
+    return {key: store.head(key) for key in store.keys(f"jobs/{job_id}/")}
