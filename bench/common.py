@@ -4,14 +4,17 @@ description, and the row type of the printed table.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,3 +163,40 @@ def machine() -> dict[str, Any]:
 def dump(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def scratch_redis(prefix: str) -> Iterator[str]:
+    """A Redis of the bench's own on a free loopback port, keeping nothing on disk, its URL
+    answering PING; stopped and its folder removed afterwards."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    port = free_port()
+    server = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port",
+         str(port), "--save", "", "--appendonly", "no", "--dir", str(work)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        ledger = Ledger.from_url(url)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                ledger.ping()
+                break
+            except Exception:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(work, ignore_errors=True)

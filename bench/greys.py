@@ -1,6 +1,6 @@
 """A scene whose frames say which frame they are: frame f is a flat grey of its own level, so a
 decoded video is checked frame by frame by its pixels (each frame once, in order), not by count.
-The soak's scene (bench/soak.py); the same idea as tests/e2e/test_store_faults.py's.
+The scene of the soak (bench/soak.py) and of tests/e2e/test_store_faults.py.
 """
 
 from __future__ import annotations

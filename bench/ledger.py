@@ -13,17 +13,12 @@ trips.
 from __future__ import annotations
 
 import multiprocessing
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.common import Row
+from bench.common import Row, scratch_redis
 from farm.core.pipeline import PHASES, Phase
 from farm.core.plan import plan_chunks
 from farm.core.spec import build_render_spec
@@ -67,13 +62,6 @@ def chunk_life(ledger: Ledger, job_id: str, index: int, frame: int, worker: str)
     move = ledger.move_chunk(job_id, index, SEGMENT.done, token=claim.move.token, gate=True,
                              **ENCODED)  # fmt: skip
     assert move.moved, move
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class _Counting(redis.Connection):
@@ -121,22 +109,8 @@ def _ping(url: str, count: int) -> float:
 def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
     clients = 4
     jobs, chunks, workers = (8, 50, 1000) if quick else (40, 250, 1000)
-    work = Path(tempfile.mkdtemp(prefix="farm-bench-ledger-"))
-    port = _free_port()
-    server = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port",
-         str(port), "--save", "", "--appendonly", "no", "--dir", str(work)],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
+    with scratch_redis("farm-bench-ledger-") as url:
         ledger = Ledger.from_url(url)
-        for _ in range(100):
-            try:
-                ledger.ping()
-                break
-            except Exception:
-                time.sleep(0.05)
         spec = build_render_spec(
             source_name="bench.blend", frames=f"1-{chunks}", chunk_size=1, resolution="64x64",
             fps=24, samples=1, codec="h264",
@@ -163,10 +137,6 @@ def run(quick: bool) -> tuple[dict[str, Any], list[Row]]:
         transitions = jobs * chunks * TRANSITIONS_PER_CHUNK
         per_s = transitions / wall
         pings_per_s = trips * clients / ping_wall
-    finally:
-        server.terminate()
-        server.wait(10)
-        shutil.rmtree(work, ignore_errors=True)
     result = {
         "clients": clients,
         "simulated_workers": workers,

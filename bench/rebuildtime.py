@@ -12,15 +12,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import shutil
-import socket
-import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
+from bench.common import scratch_redis
 from farm.adapters.settings import Settings
 from farm.adapters.store import Store
 from farm.control.rebuild import rebuild
@@ -70,33 +67,6 @@ def _frames(store: Store, job_id: str, frames: list[int], writer: str) -> int:
     return len(frames)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _empty_ledger(work: Path) -> tuple[subprocess.Popen[bytes], Ledger]:
-    port = _free_port()
-    server = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port",
-         str(port), "--save", "", "--appendonly", "no", "--dir", str(work)],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    ledger = Ledger.from_url(f"redis://127.0.0.1:{port}/0")
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            ledger.ping()
-            return server, ledger
-        except Exception:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise
-            time.sleep(0.05)
-
-
 def run(admin: Settings, chunks: int) -> dict[str, Any]:
     """At least `chunks` chunks' records (whole jobs) written, then rebuilt and timed."""
     store = Store.from_settings(admin.model_copy(update={"s3_bucket": BUCKET}))
@@ -114,25 +84,22 @@ def run(admin: Settings, chunks: int) -> dict[str, Any]:
         requests += 1
 
     store.s3.meta.events.register("before-send.s3", count)
-    work = Path(tempfile.mkdtemp(prefix="farm-soak-rebuild-"))
-    server, ledger = _empty_ledger(work)
     quiet = logging.getLogger("farm.control.rebuild")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # a warning a job: not what is timed
     try:
-        started = time.monotonic()
-        result = rebuild(ledger, store, None)
-        seconds = time.monotonic() - started
-        outcomes = {f.outcome for f in result.jobs}
-        if outcomes != {"rebuilt"} or result.chunks != jobs * CHUNKS_PER_JOB:
-            raise RuntimeError(f"the rebuild put back {result.chunks} chunks of "
-                               f"{jobs * CHUNKS_PER_JOB}: {result.lines()[-1]}")  # fmt: skip
-        done = sum(int(ledger.job(j)["chunks_done"]) for j in ids)
+        with scratch_redis("farm-soak-rebuild-") as url:
+            ledger = Ledger.from_url(url)
+            started = time.monotonic()
+            result = rebuild(ledger, store, None)
+            seconds = time.monotonic() - started
+            outcomes = {f.outcome for f in result.jobs}
+            if outcomes != {"rebuilt"} or result.chunks != jobs * CHUNKS_PER_JOB:
+                raise RuntimeError(f"the rebuild put back {result.chunks} chunks of "
+                                   f"{jobs * CHUNKS_PER_JOB}: {result.lines()[-1]}")  # fmt: skip
+            done = sum(int(ledger.job(j)["chunks_done"]) for j in ids)
     finally:
         quiet.setLevel(level)
-        server.terminate()
-        server.wait(10)
-        shutil.rmtree(work, ignore_errors=True)
     rebuilt = result.chunks
     return {
         "jobs": jobs,

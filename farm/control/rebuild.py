@@ -407,9 +407,17 @@ def keep_spend(
 
 
 # ── noticing a ledger that lost writes ────────────────────────────────────────────────────────
+MARK_COPY_EVERY = 10
+"""Passes between copies of the ledger's mark into the store. A reconciler compares the mark with
+the count it holds in memory each pass; the store's copy serves the next reconciler to start (or
+another one), so a copy every pass (17,280 PUTs a day at the default 5 s) buys nothing. A new
+ledger's mark and one after a rebuild are copied at once."""
+
+
 class MarkWatch:
     """The reconciler's check, each pass, that the ledger did not lose writes: its mark, moved
-    on by one and copied into the store; a mark gone or behind the store's copy is a loss."""
+    on by one and copied into the store every MARK_COPY_EVERY passes; a mark gone, or behind the
+    last count seen (this reconciler's, else the store's copy), is a loss."""
 
     def __init__(self, ledger: RebuildLedger, store: Store, on_loss: Callable[[], Rebuilt]) -> None:
         self.ledger = ledger
@@ -417,6 +425,8 @@ class MarkWatch:
         self.on_loss = on_loss
         self._stored: Mark | None = None
         self._read = False
+        self._copied: Mark | None = None
+        """The mark as last written to the store."""
 
     def stored(self) -> Mark | None:
         if not self._read:
@@ -428,6 +438,7 @@ class MarkWatch:
                 log.warning("the store's copy of the ledger's mark cannot be read; writing anew")
                 self._stored = None
             self._read = True
+            self._copied = self._stored
         return self._stored
 
     def check(self) -> Rebuilt | None:
@@ -450,6 +461,14 @@ class MarkWatch:
         if moved is None:  # lost since it was read: the next pass rebuilds
             log.warning("the ledger lost its mark during this pass; rebuilding on the next")
             return rebuilt
-        self.store.put_json(keys.ledger_mark_key(), moved.to_json())
+        copied = self._copied
+        if (
+            rebuilt is not None
+            or copied is None
+            or copied.ledger != moved.ledger
+            or moved.count - copied.count >= MARK_COPY_EVERY
+        ):
+            self.store.put_json(keys.ledger_mark_key(), moved.to_json())
+            self._copied = moved
         self._stored = moved
         return rebuilt

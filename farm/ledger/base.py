@@ -49,6 +49,11 @@ class FrameRecord(NamedTuple):
     sha256: str
     writer: str | None = None
 
+    def encode(self) -> str:
+        """The record as r_frames keeps it; records_of reads it back."""
+        head = f"{self.size_bytes}:{self.sha256}"
+        return head if self.writer is None else f"{head}:{self.writer}"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded:

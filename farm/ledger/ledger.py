@@ -338,7 +338,7 @@ class Ledger(JobRecords, FleetRecords, SplitRecords, RestoreRecords):
         `progress`: fields set on that chunk in the same round trip. `first`: an attempt's first
         frame, which sets the job's `first_frame_at` unless an earlier frame did (`farm status`,
         the overhead bench), in the same round trip too."""
-        value = f"{size_bytes}:{sha256}" + ("" if writer is None else f":{writer}")
+        value = FrameRecord(size_bytes, sha256, writer).encode()
         fields = progress if chunk is not None else {}
         with wrapped("record a frame"):
             done, outputs = self.scripts.record_frame(

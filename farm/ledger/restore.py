@@ -125,12 +125,7 @@ class RestoreRecords(Outbox):
         with wrapped("restore frame records"):
             pipe = self.r.pipeline(transaction=False)
             for frame, r in records.items():
-                value = (
-                    f"{r.size_bytes}:{r.sha256}:{r.writer}"
-                    if r.writer
-                    else f"{r.size_bytes}:{r.sha256}"
-                )
-                pipe.hsetnx(keys.r_frames(job_id), str(frame), value)
+                pipe.hsetnx(keys.r_frames(job_id), str(frame), r.encode())
             added = sum(1 for x in pipe.execute() if x)
         return added
 

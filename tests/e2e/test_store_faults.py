@@ -8,8 +8,6 @@ frame stored and recorded was rendered again. A refusal (403) still fails the jo
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,52 +15,15 @@ from typing import Any
 
 import pytest
 
+from bench import greys as grey_scene
 from tests.conftest import LocalFarm
 from tests.e2e.farmtools import status, wait_final, wait_for
 from tests.faults.farm import ProxiedFarm, start_proxied_farm
 
 pytestmark = pytest.mark.e2e
 
-FRAMES, CHUNK = 12, 3
-WIDTH, HEIGHT = 64, 36
-
-
-def level(frame: int) -> int:
-    """Frame `frame`'s grey as 8-bit sRGB: 12 levels 17 apart, from 34 to 221."""
-    return 17 * (frame + 1)
-
-
-# Run by the bpy wheel (the farm's Blender): a camera facing the world only, whose colour is
-# keyed per frame (constant between keys) to that frame's grey, shown as is (Standard view,
-# no dither), so the video's frames say which frame each one is.
-BUILD = f"""
-import sys
-import bpy
-
-out = sys.argv[1]
-bpy.ops.wm.read_factory_settings(use_empty=True)
-bpy.context.preferences.edit.keyframe_new_interpolation_type = "CONSTANT"
-scene = bpy.context.scene
-scene.render.engine = "CYCLES"
-scene.cycles.samples = 1
-scene.cycles.use_denoising = False
-scene.render.resolution_x, scene.render.resolution_y = {WIDTH}, {HEIGHT}
-scene.render.resolution_percentage = 100
-scene.render.fps = 24
-scene.render.dither_intensity = 0.0
-scene.view_settings.view_transform = "Standard"
-scene.view_settings.look = "None"
-scene.frame_start, scene.frame_end = 1, {FRAMES}
-scene.world = bpy.data.worlds.new("World")
-for frame in range(1, {FRAMES} + 1):
-    srgb = 17 * (frame + 1) / 255
-    linear = srgb / 12.92 if srgb <= 0.04045 else ((srgb + 0.055) / 1.055) ** 2.4
-    scene.world.color = (linear, linear, linear)
-    scene.world.keyframe_insert("color", frame=frame)
-bpy.ops.object.camera_add(location=(0, -4, 0), rotation=(1.5708, 0, 0))
-scene.camera = bpy.context.object
-bpy.ops.wm.save_as_mainfile(filepath=out)
-"""
+CHUNK = 3
+"""Frames per chunk: the grey scene's 12 frames make 4 chunks."""
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +38,7 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxiedFarm]:
 
 @pytest.fixture(scope="module")
 def greys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    scene = tmp_path_factory.mktemp("scene") / "greys.blend"
-    subprocess.run([sys.executable, "-I", "-c", BUILD, str(scene)], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    return scene
+    return grey_scene.build(tmp_path_factory.mktemp("scene") / "greys.blend")
 
 
 @pytest.fixture
@@ -97,23 +55,12 @@ def _submit(farm: LocalFarm, scene: Path) -> str:
     return job_id
 
 
-def _frames_shown(farm: LocalFarm, job_id: str, dest: Path) -> list[int]:
-    """Which frame each frame of the delivered video is, by its grey (nearest level)."""
+def _frames_shown(farm: LocalFarm, job_id: str, dest: Path) -> list[int | None]:
+    """Which frame each frame of the delivered video is, by its grey (bench.greys); None for a
+    frame whose grey is no frame's."""
     video = dest / f"{job_id}.mp4"
     farm.store().get_file(f"jobs/{job_id}/output.mp4", video)
-    raw = subprocess.run(
-        ["ffmpeg", "-v", "error", "-i", str(video), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
-        capture_output=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
-    size = WIDTH * HEIGHT * 3
-    assert len(raw) % size == 0, len(raw)
-    shown: list[int] = []
-    for at in range(0, len(raw), size):
-        grey = sum(raw[at : at + size]) / size
-        frame = min(range(1, FRAMES + 1), key=lambda f: abs(level(f) - grey))
-        assert abs(level(frame) - grey) < 6, f"frame {len(shown) + 1} is grey {grey:.1f}"
-        shown.append(frame)
-    return shown
+    return grey_scene.frames_shown(video)
 
 
 def _assert_whole(farm: LocalFarm, job_id: str, dest: Path) -> dict[str, Any]:
@@ -121,9 +68,9 @@ def _assert_whole(farm: LocalFarm, job_id: str, dest: Path) -> dict[str, Any]:
     rendered and stored once: none already stored was rendered again."""
     summary = wait_final(farm, job_id, 600)
     assert summary["state"] == "done", f"{summary['error']}\n{farm.logs()}"
-    assert _frames_shown(farm, job_id, dest) == list(range(1, FRAMES + 1))
-    assert farm.ledger().render_counts(job_id) == dict.fromkeys(range(1, FRAMES + 1), 1)
-    assert sorted(farm.ledger().frame_records(job_id)) == list(range(1, FRAMES + 1))
+    assert _frames_shown(farm, job_id, dest) == list(range(1, grey_scene.FRAMES + 1))
+    assert farm.ledger().render_counts(job_id) == dict.fromkeys(range(1, grey_scene.FRAMES + 1), 1)
+    assert sorted(farm.ledger().frame_records(job_id)) == list(range(1, grey_scene.FRAMES + 1))
     return summary
 
 

@@ -81,7 +81,7 @@ def _recv(sock: socket.socket) -> bytes:
 def through_proxy(ledger: Ledger, redis_url: str) -> Iterator[tuple[Ledger, LosesOneReply]]:
     url = urlsplit(redis_url)
     proxy = LosesOneReply((url.hostname or "", url.port or 0), b"replayed@test")
-    # Workers' ledgers retry through an outage (ride_out_s); this one retries twice.
+    # Workers' ledgers retry through an outage (ride_out_s); this one 4 times (int(ride_out_s)).
     worker = Ledger.from_url(url._replace(netloc=f":test-pass@127.0.0.1:{proxy.port}").geturl(),
                              ride_out_s=4)  # fmt: skip
     # Redis has the ledger's scripts already, so the dropped answer is that of a call it ran

@@ -11,7 +11,14 @@ import tempfile
 import pytest
 
 from farm.adapters.store import Store
-from farm.control.rebuild import MarkWatch, Rebuilt, keep_spend, rebuild, record_control
+from farm.control.rebuild import (
+    MARK_COPY_EVERY,
+    MarkWatch,
+    Rebuilt,
+    keep_spend,
+    rebuild,
+    record_control,
+)
 from farm.core import keys
 from farm.core.plan import plan_chunks
 from farm.core.spec import build_render_spec
@@ -168,9 +175,10 @@ def test_a_manifest_that_cannot_be_trusted_leaves_its_chunk_to_run(
 
 
 def test_a_ledger_that_lost_writes_is_noticed_by_its_mark(ledger: Ledger, clean: Store) -> None:
-    """Each pass moves the ledger's mark on and copies it into the store. A ledger that comes
-    back empty (no mark) or rolled back (its mark behind the store's copy) is rebuilt; one that
-    lost nothing is not. A loss marks the ledger before the rebuild and once after it."""
+    """Each pass moves the ledger's mark on, and every MARK_COPY_EVERY passes (and after a
+    rebuild) copies it into the store. A ledger that comes back empty (no mark) or rolled back
+    (its mark behind the count the reconciler saw, or the store's copy) is rebuilt; one that lost
+    nothing is not. A loss marks the ledger before the rebuild and once after it."""
     losses: list[str] = []
 
     def on_loss() -> Rebuilt:
@@ -185,19 +193,23 @@ def test_a_ledger_that_lost_writes_is_noticed_by_its_mark(ledger: Ledger, clean:
     assert losses == ["rebuilt"] and stored() == 2
     for _ in range(3):
         assert watch.check() is None
-    assert stored() == 5 and clean.get_json(keys.ledger_mark_key())["ledger"] == (
+    assert stored() == 2 and clean.get_json(keys.ledger_mark_key())["ledger"] == (
         ledger.mark().ledger  # type: ignore[union-attr]
-    )
+    )  # not copied each pass
+    assert ledger.mark().count == 5  # type: ignore[union-attr]
 
-    ledger.r.hset(keys.r_ledger_mark(), "count", 2)  # an older snapshot
+    ledger.r.hset(keys.r_ledger_mark(), "count", 3)  # an older snapshot, ahead of the copy
     assert watch.check() is not None
-    assert losses == ["rebuilt"] * 2 and stored() == 7  # counted on past the store's copy
+    assert losses == ["rebuilt"] * 2 and stored() == 7  # counted on past the count it saw
 
     ledger.r.flushall()  # an empty ledger; a second reconciler reads the store's copy
     again = MarkWatch(ledger, clean, on_loss)
     assert again.check() is not None
     assert losses == ["rebuilt"] * 3 and stored() == 9
     assert watch.check() is None  # the first reconciler sees the new mark move on
+    for _ in range(MARK_COPY_EVERY - 1):
+        assert again.check() is None
+    assert stored() == 9 + MARK_COPY_EVERY  # copied after MARK_COPY_EVERY passes
 
 
 def test_a_ledger_lost_during_its_rebuild_is_rebuilt_on_the_next_pass(
