@@ -44,9 +44,10 @@ def farm_secrets(data: Path) -> dict[str, str]:
     password and store keys) gets it on its next start."""
     path = data / "secrets.json"
     loaded: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
-    for name, make in _SECRETS.items():
-        loaded.setdefault(name, make())
-    write_private(path, json.dumps(loaded, indent=2))
+    missing = {name: make() for name, make in _SECRETS.items() if name not in loaded}
+    if missing or not path.exists():  # read-only otherwise: `farm user` and the tests call it often
+        loaded |= missing
+        write_private(path, json.dumps(loaded, indent=2))
     return loaded
 
 
@@ -99,6 +100,8 @@ def farm_settings(
         data_dir=str(data),
         scratch_dir=str(data / "scratch"),
         imds_url="",  # no instance metadata service off EC2: no spot watcher to run
+        api_url="",  # a user's login (FARM_API_*) is not the farm's: no token in its configs
+        api_token="",
     )
 
 
