@@ -4,6 +4,8 @@ each beside its baseline, write one JSON file under bench/results/ and print the
 `python -m bench soak [--minutes 20] [--seed N] [--faults kill,stop,...]`: the soak under faults
 (bench/soak.py), only when named; it exits 1 unless no frame was lost or duplicated and no job
 was wrongly marked done.
+`python -m bench api [--quick]`: submit through the API against direct submit, and the API's
+requests per second for a job's status (bench/api.py), only when named.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from bench import common
 from bench.common import LocalFarm, Row
 
 ALL = ("overhead", "saves", "dispatch", "stitch", "store", "ledger", "simulate", "containers")
-NAMED_ONLY = ("soak",)
+NAMED_ONLY = ("soak", "api")
 """Run only when named: never by `python -m bench` (all) nor `make bench`."""
 NEEDS_FARM = {"overhead", "dispatch", "store"}
 
@@ -58,6 +60,7 @@ def run(
             "simulate": lambda: simulate.run(quick),
             "containers": lambda: containers.run(quick),
             "soak": lambda: _soak(quick, work, soak_args or {}),
+            "api": lambda: _api(quick, work),
         }
         for name in names:
             started = time.monotonic()
@@ -81,6 +84,12 @@ def _soak(quick: bool, work: Path | None, args: dict[str, Any]) -> tuple[dict[st
     from bench import soak  # it drives the tests' farm and fault proxies: imported when named
 
     return soak.run(quick, work=work, **args)
+
+
+def _api(quick: bool, work: Path | None) -> tuple[dict[str, Any], list[Row]]:
+    from bench import api  # it starts a farm of its own, with no workers: imported when named
+
+    return api.run(quick, work)
 
 
 def _need(farm: LocalFarm | None) -> LocalFarm:

@@ -1,4 +1,5 @@
-"""The Celery side of the farm: app settings for long tasks, and sending tasks by name.
+"""The Celery side of the farm: app settings for long tasks, and sending tasks by name, each to
+its job's project's queues (farm.core.queues: fair share is kombu's round robin between them).
 
 farm never imports workers; it knows the task names and queues from farm.core.pipeline.
 """
@@ -6,7 +7,9 @@ farm never imports workers; it knows the task names and queues from farm.core.pi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from celery import Celery
@@ -14,6 +17,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from farm.adapters.settings import Settings
+from farm.core import queues
 from farm.core.errors import ConfigError, FarmError, UnreachableError
 from farm.core.pipeline import STITCH, TASK_QUEUES, Phase, Queue, spec_of
 from farm.ledger import Ledger
@@ -53,6 +57,9 @@ def make_app(settings: Settings, name: str = "farm") -> Celery:
         "priority_steps": PRIORITY_STEPS,
         "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
         "retry_on_timeout": True,
+        # kombu's default, named because fair share between projects is built on it: the queue
+        # a worker just took from goes to the end of its BRPOP (farm.core.queues).
+        "queue_order_strategy": "round_robin",
     }
     app.conf.update(
         task_acks_late=True,
@@ -81,18 +88,38 @@ def make_app(settings: Settings, name: str = "farm") -> Celery:
     return app
 
 
+Route = tuple[str, int]
+"""A job's (project, weight): ('', 1) for a job of no project."""
+ROUTE_TTL_S = 5.0
+"""How long a Dispatcher trusts a job's route: a job's project never changes, its weight may
+(`farm project set`), and a burst of sends (a submit's thousand chunks) reads it once."""
+
+
 class Dispatcher:
     """Sends chunk and stitch tasks by name; used by the CLI, the reconciler and workers."""
 
-    def __init__(self, app: Celery, priority_of: Callable[[str], int] | None = None) -> None:
-        """`priority_of(job_id)`: the job's farm priority; by default read from the ledger on
-        the app's broker, so every message of a job, re-sent ones included, carries it."""
+    def __init__(
+        self,
+        app: Celery,
+        priority_of: Callable[[str], int] | None = None,
+        route_of: Callable[[str], Route] | None = None,
+    ) -> None:
+        """`priority_of(job_id)`: the job's farm priority; `route_of(job_id)`: its project and
+        that project's weight. By default both are read from the ledger on the app's broker,
+        so every message of a job, re-sent ones included (requeues, splits, retries, stitches),
+        carries its priority and lands in its project's queues."""
         self.app = app
         self._priority_of = priority_of
+        self._route_of = route_of
+        self._routes: dict[str, tuple[float, Route]] = {}
+        self._lock = threading.Lock()
+
+    def _ledger(self) -> Ledger:
+        return Ledger.from_url(str(self.app.conf.broker_url))
 
     def priority_of(self, job_id: str) -> int:
         if self._priority_of is None:
-            self._priority_of = Ledger.from_url(str(self.app.conf.broker_url)).priority
+            self._priority_of = self._ledger().priority
         try:
             return self._priority_of(job_id)
         except FarmError as exc:  # a message at the default priority beats no message at all
@@ -100,12 +127,40 @@ class Dispatcher:
                         DEFAULT_PRIORITY)  # fmt: skip
             return DEFAULT_PRIORITY
 
+    def route_of(self, job_id: str) -> Route:
+        """The job's (project, weight), read at most once per ROUTE_TTL_S."""
+        now = time.monotonic()
+        with self._lock:
+            known = self._routes.get(job_id)
+            if known is not None and now - known[0] < ROUTE_TTL_S:
+                return known[1]
+            if self._route_of is None:
+                self._route_of = self._ledger().job_route
+            route_of = self._route_of
+        try:
+            found = route_of(job_id)
+        except FarmError as exc:  # the phase's own queue: every worker takes it
+            log.warning("job %s: project unknown (%s); sending to the phase's own queue",
+                        job_id, exc)  # fmt: skip
+            return "", 1
+        with self._lock:
+            if len(self._routes) > 10_000:
+                self._routes.clear()
+            self._routes[job_id] = (now, found)
+        return found
+
+    def queue_of(self, task: str, job_id: str, chunk: int) -> str:
+        """The queue a task of the job's goes to: its phase's own, or its project's lane for
+        the chunk (farm.core.queues.route)."""
+        project, weight = self.route_of(job_id)
+        return queues.route(str(TASK_QUEUES[task]), project, weight, chunk)
+
     def _send(self, task: str, payload: dict[str, Any], countdown_s: float = 0) -> str:
         try:
             result = self.app.send_task(
                 task,
                 kwargs=payload,
-                queue=str(TASK_QUEUES[task]),
+                queue=self.queue_of(task, payload["job_id"], int(payload.get("chunk", -1))),
                 priority=broker_priority(self.priority_of(payload["job_id"])),
                 countdown=countdown_s or None,
                 ignore_result=True,  # no result is kept (task_ignore_result): none to wait on
@@ -128,6 +183,25 @@ class Dispatcher:
 
     def stitch(self, job_id: str, countdown_s: float = 0) -> str:
         return self._send(STITCH.task, {"job_id": job_id}, countdown_s)
+
+
+def add_consumers(
+    app: Celery, workers: Mapping[str, Sequence[str]], lanes: Mapping[str, int]
+) -> dict[str, list[str]]:
+    """Tell each live worker (`workers`: name -> the phase queues it serves, from its
+    heartbeat) to consume the project lanes (`lanes`: project -> lanes) of those phases, by
+    Celery's add_consumer broadcast, so a project's first job is taken at once. A worker that
+    misses it catches up by itself (workers.__main__). The queues asked of each worker."""
+    asked: dict[str, list[str]] = {}
+    for name, served in sorted(workers.items()):
+        wanted = [q for q in queues.consumed(list(served), lanes) if q not in set(served)]
+        for queue in wanted:
+            try:
+                app.control.add_consumer(queue, destination=[name], reply=False)
+            except OperationalError as exc:
+                raise UnreachableError(f"the broker does not answer ({exc})") from exc
+        asked[name] = wanted
+    return asked
 
 
 def ping_worker(settings: Settings, name: str, *, timeout_s: float) -> bool:

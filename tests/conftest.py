@@ -149,6 +149,19 @@ def local_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFarm]:
         farm.down()
 
 
+@pytest.fixture(scope="session")
+def tls_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFarm]:
+    """One farm for the session's tests over https (`farm up --tls`: every connection TLS), with
+    one worker, in a folder whose name needs quoting."""
+    base = tmp_path_factory.mktemp("tls") / "it's a farm"
+    base.mkdir()
+    farm = start_farm(base, 1, None, "--tls")
+    try:
+        yield farm
+    finally:
+        farm.down()
+
+
 @pytest.fixture
 def fresh_farm(tmp_path: Path) -> Iterator[LocalFarm]:
     """A farm of its own, for tests that kill or stop parts of it."""

@@ -1,4 +1,5 @@
-"""The worker entry point: probe the hardware, then run a Celery worker on the queues it can serve.
+"""The worker entry point: probe the hardware, then run a Celery worker on the queues it can serve,
+each phase's own queue and every project's lanes of it (farm.core.queues: fair share).
 
     python -m workers --queues auto --concurrency 1 --name farm@host
 `farm worker` runs this; it is the one place on a worker that configures logging. Tasks run in
@@ -26,6 +27,7 @@ from farm.adapters.settings import Settings, load_settings
 from farm.adapters.store import Store
 from farm.adapters.worker_flags import worker_options
 from farm.core import cost
+from farm.core import queues as queues_
 from farm.core.errors import ConfigError, FarmError
 from farm.core.pipeline import Queue
 from farm.dispatch import Dispatcher, make_app
@@ -118,6 +120,55 @@ def meter_fields(settings: Settings) -> dict[str, str]:
                 "price_per_s": "0"}  # fmt: skip
 
 
+class ProjectQueues:
+    """The project lanes this worker consumes beside its phase queues (`served`): read from the
+    ledger at start, and checked at each heartbeat against the ledger's projects, so a worker
+    that missed `farm project add`'s broadcast (down, starting or cut off then) catches up by
+    Celery's own add_consumer."""
+
+    def __init__(self, app: Celery, name: str, served: list[str]) -> None:
+        self.app = app
+        self.name = name
+        self.served = served
+        self.consumer: Any = None
+        """Celery's consumer, once the worker is ready (worker_ready's sender)."""
+
+    def at_start(self, ledger: Ledger) -> list[str]:
+        """Every queue to consume from the start: a ledger that does not answer now leaves the
+        projects' lanes to the heartbeat's catch-up."""
+        try:
+            lanes = ledger.project_lanes()
+        except FarmError as exc:
+            log.warning("projects unknown at start (%s); their queues are added later", exc)
+            lanes = {}
+        return queues_.consumed(self.served, lanes)
+
+    def consuming(self) -> list[str]:
+        """The queues Celery consumes now ([] before it is ready)."""
+        task_consumer = getattr(self.consumer, "task_consumer", None)
+        if task_consumer is None:
+            return []
+        return [str(q.name) for q in list(task_consumer.queues)]
+
+    def projects(self) -> list[str]:
+        """The projects whose work this worker takes (its heartbeat shows them)."""
+        return sorted({queues_.project_of(q) for q in self.consuming()} - {""})
+
+    def catch_up(self, ledger: Ledger, *, draining: bool) -> list[str]:
+        """Ask Celery to consume the lanes of projects this worker does not serve yet (never
+        while it drains: it takes no new work then). The queues asked for."""
+        if self.consumer is None or draining:
+            return []
+        have = set(self.consuming())
+        wanted = queues_.consumed(self.served, ledger.project_lanes())
+        missing = [q for q in wanted if q not in have]
+        for queue in missing:
+            self.app.control.add_consumer(queue, destination=[self.name], reply=False)
+        if missing:
+            log.info("consuming project queues %s", ",".join(missing))
+        return missing
+
+
 def stop_consuming(app: Celery, name: str, queues: list[str]) -> None:
     """Take no new chunk: cancel this worker's consumers (the message in hand is unaffected)."""
     for queue in queues:
@@ -156,14 +207,16 @@ def main(
     ctx = build_context(settings, app, name, threads, caps, queues)
     ctx.ledger.meter = meter_fields(settings)
     register(app, lambda: ctx)
+    projects = ProjectQueues(app, name, queues)
+    consumed = projects.at_start(ctx.ledger)
 
     def on_interruption(notice: Interruption) -> None:
         ctx.drain.start(f"spot {notice.action} notice", deadline=notice.deadline)
-        stop_consuming(app, name, queues)
+        stop_consuming(app, name, projects.consuming() or consumed)
 
     def on_rebalance(notice: Rebalance) -> None:
         ctx.drain.start("rebalance recommendation")
-        stop_consuming(app, name, queues)
+        stop_consuming(app, name, projects.consuming() or consumed)
 
     watcher = SpotWatcher(
         settings.imds_url, on_interruption=on_interruption, on_rebalance=on_rebalance
@@ -176,26 +229,27 @@ def main(
         ctx.drain.start("worker shutting down", deadline=time.time() + settings.shutdown_grace_s)
 
     @worker_ready.connect  # type: ignore[untyped-decorator]
-    def _ready(**_: Any) -> None:
+    def _ready(sender: Any = None, **_: Any) -> None:
+        projects.consumer = sender  # Celery's consumer: what it consumes, for the catch-up
         if settings.imds_url:
             watcher.start()
 
     if ctx.wakeups is not None:
         ctx.wakeups.start()
-    _start_heartbeat(ctx, queues)
+    _start_heartbeat(ctx, queues, projects)
     if ctx.warm is not None:  # a job's first chunk here starts on it (workers.host.warm)
         shutil.rmtree(ctx.scratch / "ready", ignore_errors=True)  # an earlier run's
         ctx.warm.prestart_soon(0)
     splitter.start(ctx)  # no idle tail: split a running chunk when there is nothing to take
     janitor.start(ctx)  # the folders of ended jobs go: weeks of jobs do not fill the disk
-    log.info("worker %s serving %s (Cycles: %s, NVENC: %s, encodes %s)", name, ",".join(queues),
+    log.info("worker %s serving %s (Cycles: %s, NVENC: %s, encodes %s)", name, ",".join(consumed),
              caps.cycles_device, caps.nvenc,
              "beside renders" if ctx.alongside else "after renders")  # fmt: skip
     try:
         app.worker_main(
             [
                 "worker",
-                "--queues", ",".join(queues),
+                "--queues", ",".join(consumed),
                 "--pool", "threads",
                 "--concurrency", str(concurrency),
                 "--hostname", name,
@@ -213,7 +267,11 @@ def main(
             ctx.alongside.close()  # the encode in hand ends, or hands back on the drain
 
 
-def _start_heartbeat(ctx: WorkerContext, queues: list[str]) -> None:
+def _start_heartbeat(ctx: WorkerContext, queues: list[str], projects: ProjectQueues) -> None:
+    """Every HEARTBEAT_S: the worker's record in the ledger (`queues`: the phase queues it
+    serves; `projects`: the projects whose lanes it consumes), then the catch-up of projects'
+    lanes it lacks."""
+
     def beat() -> None:
         while True:
             try:
@@ -221,6 +279,7 @@ def _start_heartbeat(ctx: WorkerContext, queues: list[str]) -> None:
                     ctx.name,
                     {
                         "queues": queues,
+                        "projects": projects.projects(),
                         "pid": os.getpid(),
                         "draining": ctx.drain.reason,
                         # Hears of a split of its chunk at once (workers.attempt.wake).
@@ -230,6 +289,10 @@ def _start_heartbeat(ctx: WorkerContext, queues: list[str]) -> None:
                 )
             except Exception as exc:  # Redis may be restarting; keep beating
                 log.warning("heartbeat failed: %s", exc)
+            try:
+                projects.catch_up(ctx.ledger, draining=ctx.drain.active.is_set())
+            except Exception as exc:  # the broker or Redis may be away; the next beat tries
+                log.warning("could not catch up with the projects' queues: %s", exc)
             time.sleep(HEARTBEAT_S)
 
     threading.Thread(target=beat, daemon=True, name="heartbeat").start()

@@ -89,6 +89,13 @@ class Settings(BaseSettings):
     identities in docker-compose.yml, each role with only its actions."""
     web_url: str = ""
     """The job pages and Prometheus /metrics (`farm web`), behind the Flower credentials."""
+    api_url: str = ""
+    """The farm's API, `farm web`'s address (https://farm.example:8443): with api_token set, the
+    CLI talks to it alone (farm.cli.remote) and needs no Redis password and no store key. `farm
+    login` writes it."""
+    api_token: str = Field("", repr=False)
+    """Your token for api_url (`farm user add` makes it, `farm login` keeps it in a 0600 config
+    file): a secret, so never printed, logged, or put in a URL."""
     notify_url: str = ""
     """Farm-wide webhook: every job's events are POSTed here (as well as to `submit --notify`)."""
     webhook_secret: str = ""
@@ -207,7 +214,7 @@ class Settings(BaseSettings):
     def _imds_off(cls, url: str) -> str:
         return "" if url.strip().lower() == "off" else url
 
-    @field_validator("s3_endpoint", "flower_url", "web_url", "notify_url")
+    @field_validator("s3_endpoint", "flower_url", "web_url", "notify_url", "api_url")
     @classmethod
     def _web_url(cls, url: str) -> str:
         scheme = urlsplit(url).scheme
@@ -284,10 +291,12 @@ def default_config_path(env: Mapping[str, str], cwd: Path | None = None) -> Path
     here = (cwd or Path.cwd()) / LOCAL_CONFIG
     if here.is_file():
         return here
-    return _user_config_path(env)
+    return user_config_path(env)
 
 
-def _user_config_path(env: Mapping[str, str]) -> Path:
+def user_config_path(env: Mapping[str, str]) -> Path:
+    """The user's own config, ~/.config/farm/config.json (under $XDG_CONFIG_HOME where set):
+    where `farm login` writes a client's."""
     base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "farm" / "config.json"
 
@@ -295,7 +304,7 @@ def _user_config_path(env: Mapping[str, str]) -> Path:
 def config_paths(env: Mapping[str, str], cwd: Path | None = None) -> tuple[Path, ...]:
     """Every file farm may read its config from here, whichever it reads: none of them is
     ever uploaded as a scene's file (farm.blender.assets)."""
-    found = [(cwd or Path.cwd()) / LOCAL_CONFIG, _user_config_path(env)]
+    found = [(cwd or Path.cwd()) / LOCAL_CONFIG, user_config_path(env)]
     if env.get("FARM_CONFIG"):
         found.insert(0, Path(env["FARM_CONFIG"]).expanduser())
     return tuple(found)

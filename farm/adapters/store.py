@@ -170,6 +170,10 @@ class Store:
             "region_name": settings.s3_region,
             "config": Config(
                 s3={"addressing_style": "path"},
+                # Presigned URLs too (botocore presigns S3 with SigV2 otherwise, which signs the
+                # Content-Type a client sends): SigV4 signs the host alone, so an artist's upload
+                # or a browser's GET goes through whatever headers its HTTP library adds.
+                signature_version="s3v4",
                 retries={"max_attempts": 5, "mode": "standard"},
                 connect_timeout=5,
                 read_timeout=60,
@@ -501,6 +505,31 @@ class Store:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
                 found += [(u["Key"], u["UploadId"]) for u in page.get("Uploads", [])]
         return found
+
+    def presign_put(self, key: str, expires_s: int = 3600) -> str:
+        """A URL anyone holding it may PUT `key`'s bytes to, for `expires_s` (the API's staged
+        uploads: the client never holds the store's keys)."""
+        with _wrapped(f"sign an upload URL for {key}"):
+            url: str = self.s3.generate_presigned_url(
+                "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s
+            )
+        return url
+
+    def sha256(self, key: str, *, block_bytes: int = 1 << 20) -> tuple[str, int, str]:
+        """The object's sha256 (hex), size and ETag, read through once in blocks (never whole
+        in memory): what an upload that claims a hash really holds."""
+        digest = hashlib.sha256()
+        size = 0
+        with _wrapped(f"read {key}"):
+            answer = self.s3.get_object(Bucket=self.bucket, Key=key)
+            body = answer["Body"]
+            try:
+                for block in iter(lambda: body.read(block_bytes), b""):
+                    digest.update(block)
+                    size += len(block)
+            finally:
+                body.close()
+        return digest.hexdigest(), size, str(answer.get("ETag", ""))
 
     def presign_get(self, key: str, expires_s: int = 900) -> str:
         with _wrapped(f"sign a URL for {key}"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from farm.adapters.settings import command_settings
+from farm.cli import remote
 from farm.core.cost import money
 from farm.ledger import Ledger
 
@@ -15,6 +16,9 @@ from farm.ledger import Ledger
 @click.pass_context
 def pause(ctx: click.Context, job_id: str) -> None:
     """Pause a job: running chunks finish, no new chunk starts, every frame is kept."""
+    if api := remote.api(ctx):
+        remote.pause(api, job_id)
+        return
     from farm.control.jobs import pause as pause_job
 
     was = pause_job(command_settings(ctx).require_farm(), job_id)
@@ -28,6 +32,9 @@ def pause(ctx: click.Context, job_id: str) -> None:
 @click.pass_context
 def resume(ctx: click.Context, job_id: str, max_cost: float | None) -> None:
     """Resume a paused job: its waiting chunks are sent again."""
+    if api := remote.api(ctx):
+        remote.resume(api, job_id, max_cost)
+        return
     from farm.control.jobs import resume as resume_job
 
     sent, spend = resume_job(command_settings(ctx).require_farm(), job_id, max_cost)
@@ -47,6 +54,9 @@ def resume(ctx: click.Context, job_id: str, max_cost: float | None) -> None:
 @click.pass_context
 def priority(ctx: click.Context, job_id: str, priority: int) -> None:
     """Set a job's priority, 0..100, higher first (default 50): its waiting chunks move up."""
+    if api := remote.api(ctx):
+        remote.priority(api, job_id, priority)
+        return
     from farm.control.jobs import reprioritize
 
     sent = reprioritize(command_settings(ctx).require_farm(), job_id, priority)

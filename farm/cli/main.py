@@ -14,7 +14,11 @@ from typing import Any
 import click
 
 from farm.adapters.settings import command_settings, default_config_path
+from farm.cli import remote
+from farm.cli.addon import addon
 from farm.cli.control import COMMANDS as CONTROL_COMMANDS
+from farm.cli.login import login, logout
+from farm.cli.projects import COMMANDS as PROJECT_COMMANDS
 from farm.cli.serve import COMMANDS as SERVE_COMMANDS
 from farm.cli.submit import (
     allow_path_option,
@@ -23,6 +27,7 @@ from farm.cli.submit import (
     trace_fixed_scene,
     wait_for_job,
 )
+from farm.cli.users import user as user_group
 from farm.core import keys
 from farm.core.errors import (
     ConfigError,
@@ -38,13 +43,19 @@ from farm.core.report import (
     status_table,
     to_text,
 )
-from farm.core.spec import JobSpec, provenance
 from farm.ledger import Ledger
 
 log = logging.getLogger("farm")
 
 
 class FarmGroup(click.Group):
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        remote.refuse_farm_only(ctx, name, rest)  # up, worker, ...: not from an API client
+        return name, command, rest
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -115,13 +126,15 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
     """Show a job's state, its chunks, its cost and its output."""
     from farm.cli.watch import summarize
 
-    settings = command_settings(ctx).require_farm()
-    ledger = Ledger.from_url(settings.redis_url)
-    ledger.job_or_fail(job_id)
-    if wait:
-        wait_for_job(settings, job_id, quiet=as_json)
-    summary = summarize(ledger, job_id)
-    summary["settings"] = provenance(JobSpec.from_json(summary["spec"])) if summary["spec"] else {}
+    if api := remote.api(ctx):
+        summary = remote.status(api, job_id, wait=wait, quiet=as_json)
+    else:
+        settings = command_settings(ctx).require_farm()
+        ledger = Ledger.from_url(settings.redis_url)
+        ledger.job_or_fail(job_id)
+        if wait:
+            wait_for_job(settings, job_id, quiet=as_json)
+        summary = summarize(ledger, job_id)
     if as_json:
         click.echo(json.dumps(summary))
     else:
@@ -140,14 +153,15 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
 @click.pass_context
 def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
     """List jobs, newest first."""
+    if api := remote.api(ctx):
+        remote.jobs(api, limit, as_json)
+        return
     ledger = Ledger.from_url(command_settings(ctx).require_farm().redis_url)
     rows = []
     from farm.cli.watch import summarize
 
     for job_id in ledger.job_ids(limit):
-        summary = summarize(ledger, job_id, with_chunks=False)
-        summary.pop("chunks")
-        rows.append(summary)
+        rows.append(summarize(ledger, job_id, with_chunks=False))
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -167,6 +181,9 @@ def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
 def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) -> None:
     """Download a finished job's video (and frames) to DEST: a file, or a folder (one that
     exists, or one named with a trailing /) to put JOB.mp4 in."""
+    if api := remote.api(ctx):
+        remote.fetch(api, job_id, dest_text, with_frames)
+        return
     from farm.adapters.store import Store
     from farm.control.jobs import frame_files
     from farm.control.rebuild import stored_output
@@ -217,6 +234,9 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
 @click.pass_context
 def cancel(ctx: click.Context, job_id: str) -> None:
     """Cancel a job: queued chunks never start, running ones stop within seconds."""
+    if api := remote.api(ctx):
+        remote.cancel(api, job_id)
+        return
     from farm.control.jobs import cancel as cancel_job
 
     chunks = cancel_job(command_settings(ctx).require_farm(), job_id)
@@ -249,6 +269,9 @@ def retry(
     allow_path: tuple[Path, ...],
 ) -> None:
     """Requeue a failed or cancelled job's chunks; frames already done are reused."""
+    if api := remote.api(ctx):
+        remote.retry(api, job_id, every_unfinished=every_unfinished, scene=scene)
+        return
     from farm.control.jobs import check_retry, reopen
 
     settings = command_settings(ctx).require_farm()
@@ -270,6 +293,9 @@ def retry(
 @click.pass_context
 def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
     """Show each attempt's Blender/ffmpeg log from the object store."""
+    if api := remote.api(ctx):
+        remote.logs(api, job_id, chunk)
+        return
     from farm.adapters.store import Store
 
     settings = command_settings(ctx).require_farm()
@@ -285,9 +311,13 @@ def logs(ctx: click.Context, job_id: str, chunk: int | None) -> None:
 
 
 cli.add_command(submit)
+cli.add_command(login)  # farm login URL --token T, farm logout (farm/cli/login.py)
+cli.add_command(logout)
+cli.add_command(addon)  # farm addon --path: the Blender add-on's zip (farm/cli/addon.py)
+cli.add_command(user_group)  # farm user add/list/revoke (farm/cli/users.py)
 # pause, resume, priority, watch (farm/cli/control.py); up, down, worker, reconcile, flower, web,
-# metrics (farm/cli/serve.py)
-for _command in (*CONTROL_COMMANDS, *SERVE_COMMANDS):
+# metrics (farm/cli/serve.py); project add/set, projects (farm/cli/projects.py)
+for _command in (*CONTROL_COMMANDS, *SERVE_COMMANDS, *PROJECT_COMMANDS):
     cli.add_command(_command)
 
 

@@ -340,8 +340,10 @@ def store_security(ctx: click.Context, home: Path) -> None:
 @click.option("--port", type=int, default=8090, show_default=True)
 @click.pass_context
 def web(ctx: click.Context, address: str, port: int) -> None:
-    """Serve the job pages and the Prometheus metrics (/metrics), behind Flower's credentials."""
+    """Serve the API (/api/v1, /openapi.json), the job pages and the Prometheus metrics
+    (/metrics), the pages behind Flower's credentials or an API token's login."""
     from farm.adapters.store import Store
+    from farm.web.api import FarmAPI
     from farm.web.app import FarmWeb
     from farm.web.server import serve
 
@@ -354,6 +356,7 @@ def web(ctx: click.Context, address: str, port: int) -> None:
         store=Store.from_settings(settings),
         user=settings.flower_user,
         password=settings.flower_password,
+        api=FarmAPI.from_settings(settings),
     )
     tls_files = (settings.tls_cert_file, settings.tls_key_file) if settings.tls_cert_file else None
     serve(app, address, port, tls_files)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from farm.adapters.settings import Settings, command_settings
+from farm.cli import remote
 from farm.core.errors import SpecError
 from farm.core.report import advance, job_summary, printable, progress_bar, progress_line
 from farm.core.spec import JobSpec, build_render_spec, check_scene_path, provenance
@@ -106,6 +107,9 @@ allow_path_option = click.option(
 )
 @click.option("--priority", type=click.IntRange(0, 100), default=50, show_default=True,
               help="0..100, higher runs first.")  # fmt: skip
+@click.option("--project", default=None,
+              help="The project the job runs for: its share of the workers and its quota "
+                   "(`farm projects` lists them).")  # fmt: skip
 @click.pass_context
 def submit(
     ctx: click.Context,
@@ -132,9 +136,10 @@ def submit(
     estimate: bool,
     max_cost: float | None,
     priority: int,
+    project: str | None,
 ) -> None:
     """Submit a .blend scene to render, or a video master to transcode, into a video."""
-    from farm.control.jobs import submit as submit_job
+    from farm.control.intake import submit as submit_job
     from farm.core.spec import JobKind
     from farm.media.probe import submit_box
     from farm.media.transcode_spec import transcode_spec_from_file, vfr_note
@@ -172,13 +177,22 @@ def submit(
             sources=sources,
         )  # fmt: skip
         spec = replace(spec, trusted_scripts=trusted_scripts)
+    if api := remote.client(loaded):  # the farm's API (farm login): files up by presigned PUT
+        ctx.exit(remote.submit(api, spec, path, traced, priority=priority, max_cost=max_cost,
+                               notify=notify, wait=wait, as_json=as_json, estimate=estimate,
+                               project=project))  # fmt: skip
     settings = loaded.require_farm()
+    if project and not estimate:  # before a byte of the scene goes up
+        from farm.control.projects import require_project
+
+        require_project(Ledger.from_url(settings.redis_url).projects(), project)
     if estimate:
         _print_estimate(settings, spec, path, traced, as_json)
         return
     done = submit_job(
-        settings, spec, path, traced, priority=priority, max_cost=max_cost, notify=notify
-    )
+        settings, spec, path, traced, priority=priority, max_cost=max_cost, notify=notify,
+        project=project,
+    )  # fmt: skip
     if not wait:
         if as_json:
             click.echo(

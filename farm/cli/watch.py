@@ -12,12 +12,12 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from farm.control.status import job_status
 from farm.core.cost import money
 from farm.core.pipeline import running_states
 from farm.core.report import (
     Printable,
     eta_s,
-    job_summary,
     progress_line,
     status_table,
     terminal_clock,
@@ -26,16 +26,9 @@ from farm.ledger import Ledger
 
 
 def summarize(ledger: Ledger, job_id: str, with_chunks: bool = True) -> dict[str, Any]:
-    """A job's summary with its priority, pause reason and cost (spent, wasted, to finish)."""
-    job = ledger.job(job_id)
-    summary = job_summary(job, ledger.chunks(job_id) if with_chunks else [])
-    summary["priority"] = int(job.get("priority") or 50)
-    summary["paused_reason"] = job.get("paused_reason", "")
-    spend = ledger.spend(job_id, job)
-    summary["cost"] = spend.to_json()
-    if not with_chunks:
-        summary["frames_rendered"] = spend.frames_done
-    return summary
+    """A job's summary with its priority, pause reason and cost (spent, wasted, to finish), as
+    the API shows it too (farm.control.status)."""
+    return job_status(ledger, job_id, with_chunks=with_chunks)
 
 
 def workers_table(

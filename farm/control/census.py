@@ -3,6 +3,8 @@
 One source of numbers for everything that watches the farm: the Prometheus exporter
 (farm.web.exporter) and the CloudWatch publisher (`farm metrics publish`) both take a census, so
 the autoscalers on AWS and on Kubernetes see the same backlog. Reading is `take`; the rest is pure.
+Chunks are counted from the ledger under their phase's queue whatever their project, so the
+projects' own queues (farm.core.queues) are in every backlog without reading the broker.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm.adapters.settings import Settings
 from farm.adapters.store import sha256_file
@@ -25,6 +25,9 @@ from farm.core.spec import FrameRange, JobKind, JobSpec
 from farm.core.state import ENDED
 from farm.ledger import Ledger, speeds
 from farm.ledger.ports import SubmitLedger
+
+if TYPE_CHECKING:
+    from farm.control.intake import Stored
 
 log = logging.getLogger(__name__)
 
@@ -59,22 +62,26 @@ class Estimated:
         }
 
 
-def scene_key_of(source: Path) -> str:
+def scene_key_of(source: Path | Stored) -> str:
     """The scene's key in the store, as submit will store it: its measurement is remembered
     under it."""
+    if not isinstance(source, Path):  # uploaded through the API, verified by its hash
+        return source.source_key
     return keys.scene_key(sha256_file(source), source.suffix.lower() or ".bin")
 
 
 def estimate_job(
     settings: Settings,
     spec: JobSpec,
-    source: Path,
+    source: Path | Stored,
     traced: assets.Traced | None = None,
     *,
     probe_timeout_s: float = 1800.0,
     say: Callable[[str], None] = lambda _: None,
+    owner: str = "",
 ) -> Estimated:
-    """`say`: a line for the person waiting (the probe job's id, and how to stop it)."""
+    """`say`: a line for the person waiting (the probe job's id, and how to stop it).
+    `source`: the scene here, or (the API) in the store already; `owner`: the probe job's."""
     if spec.kind is not JobKind.RENDER:
         raise SpecError("--estimate prices render jobs (a .blend scene); transcodes are not timed")
     prices = cost.load_prices(settings.price_file)
@@ -86,8 +93,9 @@ def estimate_job(
     probe_job, probe_cost, probe_s = "", 0.0, 0.0
     if m is None:
         probe_job, m, probe_cost, probe_s = probe(
-            settings, ledger, spec, source, traced, timeout_s=probe_timeout_s, say=say
-        )
+            settings, ledger, spec, source, traced, timeout_s=probe_timeout_s, say=say,
+            owner=owner,
+        )  # fmt: skip
         ledger.save_measurement(scene, m, resolution=resolution, samples=spec.samples)
     pool = speeds.render_pool(settings, ledger)
     est = cost.estimate(
@@ -143,17 +151,18 @@ def probe(
     settings: Settings,
     ledger: SubmitLedger,
     spec: JobSpec,
-    source: Path,
+    source: Path | Stored,
     traced: assets.Traced | None,
     *,
     timeout_s: float,
     say: Callable[[str], None] = lambda _: None,
+    owner: str = "",
 ) -> tuple[str, Measurement, float, float]:
     """Render a few of the scene's frames as a job of one chunk, at the top priority, and time
     it. Returns the probe job's id, the measurement, what the probe cost and how long it took.
     The probe is cancelled if it does not end in `timeout_s`, or if the wait for it is
     interrupted (Ctrl-C): it never runs on, billed, with no one waiting for it."""
-    from farm.control.jobs import submit
+    from farm.control.intake import create_job, submit
 
     # Spread over the range (first, middle, last): an animation's frames are rarely alike.
     stride = max(1, (spec.frames.count - 1) // (PROBE_FRAMES - 1))
@@ -164,7 +173,15 @@ def probe(
         chunk_size=len(frames),
     )
     started = time.monotonic()
-    job_id = submit(settings, probe_spec, source, traced, priority=100, max_cost=0).job_id
+    if isinstance(source, Path):
+        job_id = submit(
+            settings, probe_spec, source, traced, priority=100, max_cost=0, owner=owner
+        ).job_id
+    else:
+        job_id = create_job(
+            settings, probe_spec, source.source_key, source.sha256, source.manifest,
+            priority=100, max_cost=0, owner=owner,
+        ).job_id  # fmt: skip
     say(
         f"probe job {job_id}: {len(frames)} frames at the job's settings (cancelled if not done "
         f"in {timeout_s / 60:.0f} min; Ctrl-C cancels it)"

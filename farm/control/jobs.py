@@ -1,143 +1,34 @@
-"""Submitting a job: validate, store the scene once, record the job and its chunks, send the chunks."""
+"""Steering a job after its submit (farm.control.intake): retry and reopen, cancel, pause, resume and
+priority, each kept in the store as well as the ledger (farm.control.rebuild)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import secrets
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from farm.adapters.settings import Settings
 from farm.adapters.store import Store
 from farm.blender import assets
+from farm.control.intake import check_blender
 from farm.control.rebuild import record_control
-from farm.core import cost, keys, limits, versions
-from farm.core.chunking import Measurement, Pool, initial_plan
+from farm.core import cost, keys
 from farm.core.errors import FarmError, ObjectMissing, SpecError
-from farm.core.pipeline import first_phase, kind_of, waiting_for
+from farm.core.pipeline import kind_of, waiting_for
 from farm.core.spec import JobKind, JobSpec
 from farm.core.state import ENDED, ChunkState, JobState
-from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
-from farm.ledger import FrameRecord, Ledger, speeds
-from farm.ledger.ports import JobControlLedger, SubmitLedger
+from farm.dispatch import Dispatcher, make_app
+from farm.ledger import FrameRecord, Ledger
+from farm.ledger.ports import JobControlLedger
 
 if TYPE_CHECKING:
     from farm.core.sources import SceneInfo
 
 log = logging.getLogger(__name__)
-
-
-def new_job_id() -> str:
-    """Sortable by submit time, unique without coordination: j-20261202-101500-3fa9c1."""
-    return time.strftime("j-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(3)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Submitted:
-    job_id: str
-    source_key: str
-    """The scene (render jobs) or master (transcode jobs) in the store, by content hash."""
-    source_uploaded: bool
-    chunks: int
-    frames: int
-    assets_uploaded: int = 0
-    """Files the scene uses that this submit uploaded (the rest the store held by hash)."""
-    assets_reused: int = 0
-    assets_bytes_uploaded: int = 0
-
-
-def submit(
-    settings: Settings,
-    spec: JobSpec,
-    source: Path,
-    traced: assets.Traced | None = None,
-    *,
-    priority: int = DEFAULT_PRIORITY,
-    max_cost: float | None = None,
-    notify: str | None = None,
-) -> Submitted:
-    """Everything past validation: nothing here runs until the spec is known to be good.
-    `traced`: the files the scene uses, uploaded by hash beside it, their manifest on the job.
-    `notify`: a webhook URL the job's events go to as well (checked by the caller), recorded with
-    the job, so its first event is not sent before it is known."""
-    limits.check_chunks(spec.frames.count, spec.chunk_size, settings.max_chunks)
-    ledger: SubmitLedger = Ledger.from_url(settings.redis_url)
-    ledger.ping()
-    if spec.scene is not None:
-        _check_blender(ledger.workers(), spec.scene.blender_version)
-    store = Store.from_settings(settings)
-    store.check()
-    suffix = source.suffix.lower() or ".bin"
-    source_key, digest, uploaded = store.put_content_addressed(
-        source, lambda sha: keys.scene_key(sha, suffix)
-    )
-    job_id = new_job_id()
-    sent = assets.Uploaded(files=0, size_bytes=0, reused=0)
-    if traced is not None:
-        sent = assets.upload(store, traced)
-        manifest_key = keys.assets_manifest_key(job_id)
-        store.put_json(manifest_key, traced.manifest.to_json())
-        spec = replace(spec, assets_key=manifest_key, missing_assets=traced.manifest.missing)
-    pool = speeds.render_pool(settings, ledger)
-    measured = ledger.measurement(source_key, resolution=str(spec.resolution), samples=spec.samples)
-    chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
-    limits.check_planned(len(chunks), settings.max_chunks)
-    plan = {**plan, **_control_fields(settings, spec, pool, measured, priority, max_cost)}
-    if notify:
-        plan["notify_url"] = notify
-    store.put_json(
-        keys.spec_key(job_id),
-        {
-            "id": job_id,
-            "spec": spec.to_json(),
-            "source_key": source_key,
-            "source_sha256": digest,
-            "chunks": [list(c.frames) for c in chunks],
-            "submitted": time.time(),
-            "control": plan,  # priority, budget and plan: a rebuilt ledger keeps them
-        },
-    )
-    try:
-        ledger.create_job(job_id=job_id, spec=spec, chunks=chunks, source_key=source_key, plan=plan)
-    except FarmError:
-        # Not submitted: a ledger rebuilt from the store must not find it (farm.control.rebuild).
-        with contextlib.suppress(FarmError):
-            store.delete(keys.spec_key(job_id))
-        raise
-    dispatch = Dispatcher(make_app(settings), priority_of=lambda _: priority)
-    first = first_phase(spec.kind).phase
-    for chunk in chunks:
-        dispatch.send(first, job_id, chunk.index)
-    log.info("job %s: %d chunks sent", job_id, len(chunks))
-    return Submitted(
-        job_id=job_id,
-        source_key=source_key,
-        source_uploaded=uploaded,
-        chunks=len(chunks),
-        frames=spec.frames.count,
-        assets_uploaded=sent.files,
-        assets_reused=sent.reused,
-        assets_bytes_uploaded=sent.size_bytes,
-    )
-
-
-def _check_blender(live: dict[str, dict[str, Any]], saved: str) -> None:
-    """Refuse (exit 2) a scene no live render worker's Blender can open (`live`: the ledger's
-    workers), saying which it needs."""
-    workers = [
-        tuple(info["blender_file_version"])
-        for info in live.values()
-        if "render" in info.get("queues", []) and info.get("blender_file_version")
-    ]
-    reason = versions.refusal(versions.parse_version(saved), workers)
-    if reason:
-        raise SpecError(f"{reason}; add workers with that Blender, or save the scene with it")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,7 +174,7 @@ def _replace_scene(
     file missing that the job did not allow missing."""
     job_id = job["id"]
     spec = JobSpec.from_json(json.loads(job["spec"]))
-    _check_blender(ledger.workers(), info.blender_version)
+    check_blender(ledger.workers(), info.blender_version)
     _check_same_video(job_id, spec, info)
     new = sorted(set(traced.manifest.missing) - set(spec.missing_assets))
     if new:
@@ -321,32 +212,6 @@ def _check_same_video(job_id: str, spec: JobSpec, info: SceneInfo) -> None:
             f"the fixed scene {' and '.join(changed)}; job {job_id}'s video is joined from frames "
             "made as the job's: set the scene back, or submit it as a new job"
         )
-
-
-def _control_fields(
-    settings: Settings,
-    spec: JobSpec,
-    pool: Pool,
-    measured: Measurement | None,
-    priority: int,
-    max_cost: float | None,
-) -> dict[str, str]:
-    """Priority, budget and, from a remembered measurement, the expected cost per frame the
-    budget uses until the job's own frames say what they cost."""
-    fields = {
-        "priority": str(priority),
-        "max_cost": str(settings.max_cost if max_cost is None else max_cost),
-    }
-    if measured is not None:
-        price = cost.load_prices(settings.price_file).price(
-            settings.region, settings.local_instance_type
-        )
-        est = cost.estimate(
-            frames=spec.frames.count, chunk_size=spec.chunk_size, m=measured, pool=pool,
-            price=price,
-        )  # fmt: skip
-        fields["est_cost_per_frame"] = f"{est.cost_per_frame_on_demand:.9f}"
-    return fields
 
 
 def _keep(settings: Settings, job_id: str, **changes: Any) -> None:

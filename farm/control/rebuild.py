@@ -1,8 +1,9 @@
 """The ledger rebuilt from the store: the store is the record.
 
 What the store holds of a job is enough to put an unfinished one back in the ledger:
-- its spec (`jobs/J/spec.json`, written at submit, with its priority, budget and plan) and what
-  was decided since (`jobs/J/control.json`: priority, budget, a fixed scene, a pause, its end);
+- its spec (`jobs/J/spec.json`, written at submit, with its priority, budget, plan, owner and
+  project) and what was decided since (`jobs/J/control.json`: priority, budget, a fixed scene,
+  a pause, its end);
 - each done chunk's manifest (claim-keyed, keys.manifest_key), whose segment is checked to be
   there, at the size it names;
 - each stored frame (keys.frame_key), whose size, sha256 (its metadata, keys.FRAME_SHA256) and
@@ -320,7 +321,7 @@ class JobReader:
 
 
 _CONTROL_FIELDS = ("priority", "max_cost", "chunk_size", "chunk_plan", "est_cost_per_frame",
-                   "notify_url", "paused_reason", "paused")  # fmt: skip
+                   "notify_url", "paused_reason", "paused", "owner", "project")  # fmt: skip
 
 
 # ── the whole ledger ─────────────────────────────────────────────────────────────────────────

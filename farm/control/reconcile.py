@@ -1,5 +1,6 @@
-"""The reconciler: takes back chunks whose lease expired, is the completion gate's backstop, and
-aborts the early uploads of jobs that failed or were cancelled once they have been kept long enough.
+"""The reconciler: takes back chunks whose lease expired, is the completion gate's backstop,
+aborts the early uploads of jobs that failed or were cancelled once they have been kept long
+enough, and pauses the jobs of a project that used its quota up.
 
 Safe to run as several copies or to restart at any time: every move it makes is a ledger
 transition that only one caller can win.
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from farm.control.projects import Projects
 from farm.control.rebuild import (
     MarkWatch,
     Rebuilt,
@@ -43,6 +45,11 @@ ledger rebuilt from the store counts a job's budget on from at most this long ag
 UPLOAD_SWEEP_S = 600.0
 """How often the reconciler looks for early uploads to abort: they are kept for hours."""
 
+QUOTA_CHECK_S = 5.0
+"""How often the reconciler holds projects with a quota against their use (a sum over each such
+project's jobs): a project may pass its quota by what its workers run in that time, and by the
+chunks running when it is reached, which finish."""
+
 
 @dataclass(slots=True)
 class Pass:
@@ -59,6 +66,8 @@ class Pass:
     """Jobs the ledger had lost, put back from the store (farm.control.rebuild)."""
     ended: list[str] = field(default_factory=list)
     """Jobs that failed or were cancelled, their end kept in the store."""
+    paused: dict[str, str] = field(default_factory=dict)
+    """Jobs paused because their project used its quota up, with why."""
 
 
 class Reconciler:
@@ -87,12 +96,16 @@ class Reconciler:
         self._next_orphan_sweep = 0.0
         self._next_upload_sweep = 0.0
         self._next_spend_keep = 0.0
+        self._next_quota_check = 0.0
         self._kept_spend: dict[str, dict[str, str]] = {}
         self.watch = None if store is None else MarkWatch(ledger, store, lambda: self.rebuild(None))
 
     def rebuild(self, result: Pass | None) -> Rebuilt:
         """Every job in the store the ledger lost, put back and its waiting chunks sent."""
         assert self.store is not None
+        # Projects first: the jobs' messages sent below go to their projects' queues.
+        for name in Projects(self.ledger, self.store).restore():
+            log.warning("rebuild: project %s put back from the store", name)
         rebuilt = rebuild(self.ledger, self.store, self.dispatch)
         for line in rebuilt.lines():
             log.warning("rebuild: %s", line)
@@ -190,7 +203,8 @@ class Reconciler:
         def in_broker(work: Work) -> bool:
             nonlocal held
             if held is None:  # read the queues only once something looks lost
-                held = queued_work(self.ledger.broker_messages(str(q) for q in Queue))
+                every = self.ledger.every_queue(str(q) for q in Queue)  # projects' too
+                held = queued_work(self.ledger.broker_messages(every))
             return work in held
 
         alive: dict[str, Any] | None = None
@@ -257,6 +271,20 @@ class Reconciler:
                 continue
             result.aborted.append(job_id)
 
+    def enforce_quotas(self, result: Pass) -> None:
+        """The queued and running jobs of a project that used its quota (GPU-hours or dollars,
+        its jobs' metered cost) are paused, the reason naming the project and the quota; the
+        pause is kept in the store, so a rebuilt ledger keeps it."""
+        paused = Projects(self.ledger).quota_pauses()
+        result.paused |= paused
+        if self.store is None:
+            return
+        for job_id, reason in paused.items():
+            try:
+                record_control(self.store, job_id, state=JobState.PAUSED, paused_reason=reason)
+            except FarmError as exc:
+                log.warning("job %s: its pause is not kept in the store (%s)", job_id, exc)
+
     def run_once(self) -> Pass:
         """One pass; a step that fails is logged and the others still run."""
         result = Pass()
@@ -267,6 +295,9 @@ class Reconciler:
         if time.monotonic() >= self._next_spend_keep:
             self._next_spend_keep = time.monotonic() + SPEND_KEEP_S
             steps.append(self.keep_spend)
+        if time.monotonic() >= self._next_quota_check:
+            self._next_quota_check = time.monotonic() + QUOTA_CHECK_S
+            steps.append(self.enforce_quotas)
         if time.monotonic() >= self._next_upload_sweep:
             self._next_upload_sweep = time.monotonic() + UPLOAD_SWEEP_S
             steps.append(self.abort_early_uploads)
@@ -285,7 +316,7 @@ class Reconciler:
             try:
                 result = self.run_once()
                 if any((result.requeued, result.failed, result.stitched, result.resent,
-                        result.aborted, result.rebuilt)):  # fmt: skip
+                        result.aborted, result.rebuilt, result.paused)):  # fmt: skip
                     log.info("reconcile: %s", result)
             except Exception:  # never let one bad pass end the reconciler
                 log.exception("reconcile pass failed, will retry")

@@ -152,6 +152,26 @@ def ledger_mark_key() -> str:
     return "ledger/mark.json"
 
 
+USERS_PREFIX = "users/"
+"""The farm's API users, one object each (farm.control.users): the store is their record."""
+
+
+def user_key(name: str) -> str:
+    """A user's record: their role, their token's sha256 (never the token), and when it was made,
+    expires and was revoked."""
+    return f"{USERS_PREFIX}{name}.json"
+
+
+PROJECTS_PREFIX = "projects/"
+"""The farm's projects, one object each (farm.control.projects): the store is their record, the
+ledger's r_projects a copy for fast reads."""
+
+
+def project_key(name: str) -> str:
+    """A project's record: its weight (its share of the workers' turns) and its quotas."""
+    return f"{PROJECTS_PREFIX}{name}.json"
+
+
 def log_key(job_id: str, chunk: int, attempt: int, phase: str, claim: int) -> str:
     """One log per claim: the attempt number starts again when a job is retried, and a stale
     attempt's last upload must not replace the log of the attempt that won the chunk."""
@@ -255,6 +275,18 @@ def r_cost(job_id: str) -> str:
 def r_attempts(job_id: str) -> str:
     """List of JSON records, one per ended attempt: chunk, phase, seconds, dollars, instance."""
     return f"{REDIS_PREFIX}:attempts:{job_id}"
+
+
+def r_projects() -> str:
+    """Hash: project name -> JSON record (weight, lanes, quotas): a copy of the store's
+    (keys.project_key) that dispatch, workers and the reconciler read at every turn."""
+    return f"{REDIS_PREFIX}:projects"
+
+
+def r_project_jobs(name: str) -> str:
+    """Sorted set of the project's job ids scored by submit time: what its use of its quota is
+    summed over."""
+    return f"{REDIS_PREFIX}:project:{name}:jobs"
 
 
 def lease_member(job_id: str, chunk: int) -> str:

@@ -85,6 +85,8 @@ def job_summary(
         "id": job.get("id", ""),
         "kind": job.get("kind", ""),
         "state": job.get("state", ""),
+        "owner": job.get("owner", ""),
+        "project": job.get("project", ""),
         "chunks_total": int(job.get("chunks_total", 0)),
         "chunks_done": int(job.get("chunks_done", 0)),
         "frames_total": int(job.get("frames_total", 0)),

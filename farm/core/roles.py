@@ -9,7 +9,7 @@ import hashlib
 import json
 from enum import StrEnum
 
-from farm.core.keys import REDIS_PREFIX
+from farm.core.keys import PROJECTS_PREFIX, REDIS_PREFIX, USERS_PREFIX
 from farm.core.pipeline import Queue
 
 
@@ -18,7 +18,9 @@ class Role(StrEnum):
     """`farm up`, `farm down` and operators: every Redis command and key, the store's Admin."""
     CONTROL = "control"
     """The reconciler, Flower and `farm web`: the ledger, the queues, reads of the store and the
-    end of an abandoned upload."""
+    end of an abandoned upload; and for the API `farm web` serves, the users' records, staged
+    uploads (its keys sign their presigned PUTs), and what a submit through it writes: scenes,
+    assets, a job's spec and asset list."""
     WORKER = "worker"
     """Celery workers (render, segment, transcode, stitch): the ledger's chunk keys, the queues,
     reads of scenes, assets and jobs, writes of a job's outputs only."""
@@ -99,6 +101,8 @@ _WORKER_READ_ONLY = (
     f"{REDIS_PREFIX}:jobs",
     f"{REDIS_PREFIX}:jobs:live*",
     f"{REDIS_PREFIX}:ledger:*",
+    # The projects, whose queues it consumes and sends work to again, and their jobs' lists.
+    f"{REDIS_PREFIX}:project*",
 )
 
 
@@ -188,8 +192,10 @@ def store_actions(role: Role, bucket: str) -> list[str]:
     """`role`'s SeaweedFS S3 identity actions (weed/s3api/auth_credentials.go: `Action:bucket/
     key-pattern`, `*` matching any characters, `/` included; Write covers PUT, tags given with
     it, DELETE, copy and multipart). A worker writes only a job's outputs: never a spec, an
-    asset list, a scene or an asset; the control plane writes only the upload of an output it
-    abandons (aborting it is a Write)."""
+    asset list, a scene or an asset. The control plane writes the upload of an output it
+    abandons (aborting it is a Write), jobs' ends and the ledger's mark; and, serving the API,
+    the users, staged uploads (presigned with its keys, then moved to their content-addressed
+    key or deleted) and what a submit writes (scenes, assets, spec, asset list)."""
     if role is Role.ADMIN:
         return ["Admin", "Read", "Write", "List", "Tagging"]
     jobs = f"{bucket}/jobs/*"
@@ -204,8 +210,18 @@ def store_actions(role: Role, bucket: str) -> list[str]:
     if role is Role.CONTROL:
         # The reconciler keeps jobs' ends and the ledger's mark (farm.control.rebuild).
         ledger = f"{bucket}/ledger/*"
-        return [*reads, f"Read:{ledger}", f"Write:{jobs}/output.*", f"Write:{jobs}/control.json",
-                f"Write:{ledger}"]  # fmt: skip
+        # The API (farm web): users' records; staged uploads, which it signs PUTs for, reads
+        # to hash and moves to their content-addressed keys; a submit's sources (looked up by
+        # HEAD first) and the job's record.
+        api = [f"{bucket}/{USERS_PREFIX}*", f"{bucket}/uploads/*", f"{bucket}/scenes/*",
+               f"{bucket}/assets/*"]  # fmt: skip
+        # The projects' records: read back into a ledger that lost them, written by `farm
+        # project` on a control plane's host (farm.control.projects).
+        projects = f"{bucket}/{PROJECTS_PREFIX}*"
+        writes = [f"{jobs}/output.*", f"{jobs}/control.json", ledger, *api,
+                  f"{jobs}/spec.json", f"{jobs}/assets.json", projects]  # fmt: skip
+        return [*reads, f"Read:{ledger}", *(f"Read:{r}" for r in api), f"Read:{projects}",
+                *(f"Write:{w}" for w in writes)]  # fmt: skip
     writes = [f"{bucket}/scenes/*", f"{bucket}/assets/*", f"{jobs}/spec.json",
               f"{jobs}/assets.json", f"{jobs}/control.json"]  # fmt: skip
     # A submit checks by HEAD whether a scene's or asset's bytes are stored already.

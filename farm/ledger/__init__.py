@@ -5,5 +5,6 @@ scripts. The only place that knows Redis keys or talks to Redis; everyone else h
 from farm.ledger.base import FrameRecord
 from farm.ledger.jobs import EARLY_PART, EARLY_UPLOAD
 from farm.ledger.ledger import Claim, Ledger, Move
+from farm.ledger.projects import Project
 
-__all__ = ["EARLY_PART", "EARLY_UPLOAD", "Claim", "FrameRecord", "Ledger", "Move"]
+__all__ = ["EARLY_PART", "EARLY_UPLOAD", "Claim", "FrameRecord", "Ledger", "Move", "Project"]

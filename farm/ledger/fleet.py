@@ -1,5 +1,6 @@
-"""What the ledger knows beyond one job: the workers' heartbeats, the broker's queues, the
-measurements remembered for auto-sized jobs, and every job at once for the exporter."""
+"""What the ledger knows beyond one job: the workers' heartbeats, the broker's queues (each phase's
+own and its projects' lanes), the measurements remembered for auto-sized jobs, and every job at
+once for the exporter."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from typing import Any
 from farm.core import keys
 from farm.core import queues as queues_
 from farm.core.chunking import Measurement
-from farm.ledger.base import LedgerBase, wrapped
+from farm.ledger.base import wrapped
+from farm.ledger.projects import ProjectRecords
 
 log = logging.getLogger(__name__)
 
 
-class FleetRecords(LedgerBase):
+class FleetRecords(ProjectRecords):
     """Workers, queues and measurements."""
 
     def heartbeat(self, name: str, info: dict[str, Any]) -> None:
@@ -70,14 +72,21 @@ class FleetRecords(LedgerBase):
         return records
 
     def queue_length(self, queue: str) -> int:
-        """Messages waiting in a Celery queue on this Redis (kombu keeps priorities in suffixed
-        lists next to the plain one)."""
-        names = [queue] + [f"{queue}\x06\x16{p}" for p in (1, 2, 3, 4, 5, 6, 7, 8, 9)]
+        """Messages waiting for a phase queue's workers on this Redis: in the queue itself and
+        in every project's lanes of it (farm.core.queues), kombu's suffixed priority lists
+        included."""
+        names = [queue, *queues_.project_queues(queue, self.project_lanes())]
         with wrapped(f"measure the {queue} queue"):
             pipe = self.r.pipeline(transaction=False)
             for name in names:
-                pipe.llen(name)
+                for listed in queues_.priority_lists(name):
+                    pipe.llen(listed)
             return int(sum(pipe.execute()))
+
+    def every_queue(self, queues: Iterable[str]) -> list[str]:
+        """The phase queues `queues` and every project's lanes of them: where a job's messages
+        may wait."""
+        return queues_.consumed(list(queues), self.project_lanes())
 
     def broker_messages(self, queues: Iterable[str]) -> list[bytes]:
         """Every message the broker holds for `queues`, waiting or delivered but unacknowledged,

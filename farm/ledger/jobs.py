@@ -40,7 +40,8 @@ class JobRecords(Outbox):
         plan: dict[str, str] | None = None,
     ) -> None:
         """`plan`: chunk_size, chunk_plan (why) and, for an auto-sized job still probing,
-        plan_pending=1, which keeps the completion gate shut until `plan_rest` adds the rest."""
+        plan_pending=1, which keeps the completion gate shut until `plan_rest` adds the rest;
+        with a `project`, the job is counted among the project's jobs too."""
         chunk_list = list(chunks)
         now = time.time()
         with wrapped("record the job"):
@@ -79,6 +80,8 @@ class JobRecords(Outbox):
                     },
                 )
             pipe.zadd(keys.r_jobs(), {job_id: now})
+            if project := (plan or {}).get("project"):  # what its quota is summed over
+                pipe.zadd(keys.r_project_jobs(project), {job_id: now})
             pipe.zadd(keys.r_live_jobs(), {job_id: now})  # after its record: read, it is whole
             pipe.execute()
         self.event(job_id, "submitted", chunks=len(chunk_list), frames=spec.frames.count)

@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 class Ledger(JobRecords, FleetRecords, SplitRecords, RestoreRecords):
     """All of the farm's Redis state goes through here: chunks' moves, claims, leases and frames
     here; jobs (farm.ledger.jobs), the webhook outbox (farm.ledger.outbox), workers and queues
-    (farm.ledger.fleet), splits (farm.ledger.split) in the classes it joins."""
+    (farm.ledger.fleet), projects (farm.ledger.projects), splits (farm.ledger.split) in the
+    classes it joins."""
 
     def try_start_stitch(self, job_id: str) -> bool:
         """The completion gate: true for exactly one caller once every chunk is done (the

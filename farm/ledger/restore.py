@@ -98,17 +98,14 @@ class RestoreRecords(Outbox):
                 if records:
                     pipe.hset(
                         keys.r_frames(job_id),
-                        mapping={
-                            str(frame): f"{r.size_bytes}:{r.sha256}:{r.writer}"
-                            if r.writer
-                            else f"{r.size_bytes}:{r.sha256}"
-                            for frame, r in records.items()
-                        },
+                        mapping={str(frame): r.encode() for frame, r in records.items()},
                     )
                 spent = {k: v for k, v in (cost or {}).items() if k not in _ACCRUING}
                 if spent:
                     pipe.hset(keys.r_cost(job_id), mapping=spent)
                 pipe.zadd(keys.r_jobs(), {job_id: submitted})
+                if project := job.get("project"):  # its spend counts against its quota again
+                    pipe.zadd(keys.r_project_jobs(project), {job_id: submitted})
                 pipe.zadd(keys.r_live_jobs(), {job_id: submitted})
                 pipe.execute()
             except WatchError:

@@ -1,7 +1,11 @@
-"""`farm web`: the control plane's read-only HTTP face, behind the farm's basic auth.
+"""`farm web`: the control plane's HTTP face.
 
-/metrics is the Prometheus exporter (farm.web.exporter); / and /jobs/<id> are the job pages
-(farm.web.jobpage), with thumbnails and logs proxied from the store and the video by presigned URL.
+/api/ and /openapi.json are the API (farm.web.api.FarmAPI), with its own tokens. The rest is
+read-only, behind the farm's basic auth (Flower's credentials) or a login session: /login takes a
+user's API token and sets a signed cookie (farm.web.session). /metrics is the Prometheus exporter
+(farm.web.exporter); / and /jobs/<id> are the job pages (farm.web.jobpage), with thumbnails and
+logs proxied from the store and the video by presigned URL. A user logged in sees what their
+role may (farm.core.access): an artist reads every job, and another's logs and video not.
 A plain WSGI app, served by farm.web.server: a few routes do not need a framework.
 """
 
@@ -15,18 +19,23 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
 from prometheus_client import CollectorRegistry
 
 from farm.adapters.store import Store
+from farm.control.users import TokenRefused, User
 from farm.core import keys
+from farm.core.access import Action, allowed
 from farm.core.errors import FarmError
 from farm.core.report import job_summary
 from farm.ledger.ports import WebLedger
-from farm.web import jobpage
+from farm.web import jobpage, session
 from farm.web.exporter import registry_for, scrape
+
+if TYPE_CHECKING:
+    from farm.web.api import FarmAPI
 
 log = logging.getLogger(__name__)
 StartResponse = Callable[..., Any]
@@ -34,6 +43,10 @@ Response = tuple[str, str, bytes, list[tuple[str, str]]]
 _LOG_NAME = re.compile(r"^(\d{5})-\w+-attempt\d+(?:-claim\d+)?\.log$")
 _JOB = r"(?P<job>[\w-]+)"  # job ids: letters, digits, - and _ (no dots: keys stay under jobs/)
 HTML = "text/html; charset=utf-8"
+PAGE_BODY_MAX_BYTES = 64 << 10
+"""A page request's body (the login form's token); the API's routes have their own limits."""
+OPERATOR = None
+"""Who holds the farm's basic-auth credentials: an operator, who sees everything."""
 
 
 def credentials_ok(header: str, user: str, password: str) -> bool:
@@ -69,32 +82,58 @@ class FarmWeb:
     store: Store
     user: str
     password: str
+    api: FarmAPI | None = None
+    """The API, handed every path under /api/ and /openapi.json; its users log in to the pages."""
     _registry: CollectorRegistry = field(init=False)
     _media_origin: str | None = field(init=False, default=None)
-    _routes: list[tuple[re.Pattern[str], Callable[..., Response]]] = field(init=False)
+    _routes: list[tuple[re.Pattern[str], Callable[..., Response], Action]] = field(init=False)
+    _key: bytes = field(init=False)
+    _people: tuple[float, dict[str, User]] = field(init=False, default_factory=lambda: (-1e9, {}))
 
     def __post_init__(self) -> None:
         self._registry = registry_for(self.ledger)
+        self._key = session.session_key(self.password)
+        read = Action.READ_JOB
         self._routes = [
-            (re.compile(r"^/metrics$"), self.metrics),
-            (re.compile(r"^/$"), self.jobs),
-            (re.compile(rf"^/jobs/{_JOB}/?$"), self.job),
-            (re.compile(rf"^/jobs/{_JOB}/thumbs/(?P<frame>\d+)\.jpg$"), self.thumb),
-            (re.compile(rf"^/jobs/{_JOB}/logs/(?P<name>[\w-]+\.log)$"), self.log_text),
-            (re.compile(rf"^/jobs/{_JOB}/video\.mp4$"), self.video),
+            (re.compile(r"^/metrics$"), self.metrics, Action.LIST_JOBS),
+            (re.compile(r"^/$"), self.jobs, Action.LIST_JOBS),
+            (re.compile(rf"^/jobs/{_JOB}/?$"), self.job, read),
+            (re.compile(rf"^/jobs/{_JOB}/thumbs/(?P<frame>\d+)\.jpg$"), self.thumb, read),
+            (re.compile(rf"^/jobs/{_JOB}/logs/(?P<name>[\w-]+\.log)$"), self.log_text, Action.LOGS),
+            (re.compile(rf"^/jobs/{_JOB}/video\.mp4$"), self.video, Action.OUTPUT),
         ]
 
+    def streams(self, path: str) -> bool:
+        """Whether `path` answers as a stream (the API's events): farm.web.server writes those
+        as they are made."""
+        return self.api is not None and self.api.serves(path) and self.api.streams(path)
+
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if not credentials_ok(environ.get("HTTP_AUTHORIZATION", ""), self.user, self.password):
+        path = environ.get("PATH_INFO", "/")
+        if self.api is not None and self.api.serves(path):
+            return self.api(environ, start_response)
+        length = environ.get("CONTENT_LENGTH", "") or "0"
+        if not length.isdigit() or int(length) > PAGE_BODY_MAX_BYTES:
+            start_response("413 Content Too Large", [("Content-Type", "text/plain")])
+            return [f"farm: a page takes at most {PAGE_BODY_MAX_BYTES} bytes\n".encode()]
+        if path in ("/login", "/logout"):
+            return self._login(environ, start_response)
+        try:
+            known, actor = self._actor(environ)
+        except FarmError as exc:  # the users' store does not answer
+            log.warning("%s: %s", path, exc)
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [f"farm: {exc}\n".encode()]
+        if not known:
             start_response(
                 "401 Unauthorized",
                 [("WWW-Authenticate", 'Basic realm="farm"'), ("Content-Type", "text/plain"),
                  ("Cache-Control", "no-store")],
             )  # fmt: skip
-            return [b"farm: credentials required\n"]
-        path = environ.get("PATH_INFO", "/")
+            hint = "; or log in with your API token at /login" if self.api is not None else ""
+            return [f"farm: credentials required{hint}\n".encode()]
         try:
-            status, ctype, body, extra = self.route(path)
+            status, ctype, body, extra = self.route(path, actor)
         except FarmError as exc:
             log.warning("%s: %s", path, exc)
             status, ctype, body, extra = (
@@ -123,19 +162,104 @@ class FarmWeb:
                 return jobpage.content_security_policy()
         return jobpage.content_security_policy(self._media_origin)
 
-    def route(self, path: str) -> Response:
-        for pattern, handler in self._routes:
+    def route(self, path: str, actor: User | None = OPERATOR) -> Response:
+        """The page at `path` for `actor` (OPERATOR: the basic-auth credentials, or a user
+        logged in, who sees what their role may)."""
+        for pattern, handler, action in self._routes:
             if match := pattern.match(path):
-                return handler(**match.groupdict())
+                found = match.groupdict()
+                if actor is not None:
+                    owner = self.ledger.job(found["job"]).get("owner", "") if "job" in found else ""
+                    if not allowed(actor.role, action, owner=owner, user=actor.name):
+                        log.warning("refused page %s to %s (%s)", path, actor.name, actor.role)
+                        return self._forbidden(actor, action)
+                return handler(actor, **found)
         return self._missing("no such page")
+
+    def _forbidden(self, actor: User, action: Action) -> Response:
+        what = f"{actor.name} ({actor.role}) may not see this: {action} of another's job"
+        return "403 Forbidden", HTML, jobpage.not_found(what).encode(), []
+
+    # ── who is asking ────────────────────────────────────────────────────────────────────────
+    def _actor(self, environ: dict[str, Any]) -> tuple[bool, User | None]:
+        """Whether the request is let in, and who asks: OPERATOR for the basic-auth
+        credentials, else the user a valid session names."""
+        if credentials_ok(environ.get("HTTP_AUTHORIZATION", ""), self.user, self.password):
+            return True, OPERATOR
+        value = session.from_cookies(environ.get("HTTP_COOKIE", ""))
+        found = session.read(self._key, value) if value and self.api is not None else None
+        if found is None:
+            return False, None
+        user = self._person(found.name)
+        now = time.time()
+        if (
+            user is None
+            or user.revoked is not None
+            or (user.expires is not None and user.expires <= now)
+            or user.created >= found.issued + 1  # the name was given a new token since
+        ):
+            return False, None
+        return True, user
+
+    def _person(self, name: str) -> User | None:
+        """The user of that name as the store says, read again when 2 s old: a revoke ends the
+        user's sessions as it ends their token."""
+        read_at, people = self._people
+        if time.monotonic() - read_at > 2.0:
+            assert self.api is not None
+            people = {u.name: u for u in self.api.farm.users.list()}
+            self._people = (time.monotonic(), people)
+        return people.get(name)
+
+    def _login(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        """GET /login: the form; POST /login: a token, answered with a session cookie and the
+        job list, or the form again with why; /logout: the cookie dropped."""
+        secure = environ.get("wsgi.url_scheme") == "https"
+        headers = [("Content-Type", HTML), ("Cache-Control", "no-store"),
+                   ("Content-Security-Policy", jobpage.login_policy())]  # fmt: skip
+        if self.api is None:
+            start_response("404 Not Found", headers)
+            return [jobpage.not_found("this farm web serves no API, so no login").encode()]
+        if environ.get("PATH_INFO") == "/logout":
+            start_response("303 See Other", [("Location", "/login"), ("Content-Length", "0"),
+                                             session.cookie_header("", secure=secure, max_age_s=0)])  # fmt: skip
+            return [b""]
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in ("GET", "HEAD", "POST"):
+            start_response("405 Method Not Allowed", [*headers, ("Allow", "GET, POST")])
+            return [b""]
+        if method != "POST":
+            start_response("200 OK", headers)
+            return [jobpage.login_page().encode()]
+        length = int(environ.get("CONTENT_LENGTH", "") or 0)
+        form = dict(parse_qsl(environ["wsgi.input"].read(length).decode("utf-8", "replace")))
+        try:
+            user = self.api.farm.users.authenticate(form.get("token", "").strip())
+        except TokenRefused as exc:
+            log.warning("refused login from %s: token %s (user %s)",
+                        environ.get("REMOTE_ADDR", "?"), exc.reason, exc.name or "-")  # fmt: skip
+            start_response("401 Unauthorized", headers)
+            return [jobpage.login_page(str(exc)).encode()]
+        except FarmError as exc:
+            log.warning("login: %s", exc)
+            start_response("503 Service Unavailable", headers)
+            return [jobpage.login_page(f"{exc}; try again").encode()]
+        value = session.issue(self._key, user.name, user.expires)
+        log.info("%s (%s) logged in to the job pages from %s", user.name, user.role,
+                 environ.get("REMOTE_ADDR", "?"))  # fmt: skip
+        start_response("303 See Other", [("Location", "/"), ("Content-Length", "0"),
+                                         ("Cache-Control", "no-store"),
+                                         session.cookie_header(value, secure=secure)])  # fmt: skip
+        return [b""]
 
     def _missing(self, what: str) -> Response:
         return "404 Not Found", HTML, jobpage.not_found(what).encode(), []
 
-    def metrics(self) -> Response:
+    # ── the pages: each is given who asks (OPERATOR, or a user let in by `route`) ────────────
+    def metrics(self, actor: User | None) -> Response:
         return "200 OK", "text/plain; version=0.0.4; charset=utf-8", scrape(self._registry), []
 
-    def jobs(self) -> Response:
+    def jobs(self, actor: User | None) -> Response:
         rows = []
         for job_id in self.ledger.job_ids(100):
             job = self.ledger.job(job_id)
@@ -144,10 +268,12 @@ class FarmWeb:
                 rows.append((job_summary(job, chunks), self._cost(job_id, job)))
         return "200 OK", HTML, jobpage.jobs_page(rows).encode(), []
 
-    def job(self, job: str) -> Response:
+    def job(self, actor: User | None, job: str) -> Response:
         record = self.ledger.job(job)
         if not record:
             return self._missing(f"no job {job}")
+        owner = record.get("owner", "")
+        files = actor is None or allowed(actor.role, Action.LOGS, owner=owner, user=actor.name)
         chunks = self.ledger.chunks(job)
         summary = job_summary(record, chunks)
         times = {
@@ -164,7 +290,7 @@ class FarmWeb:
                 logs.setdefault(int(m.group(1)), []).append(name)
         html = jobpage.job_page(
             summary, chunk_times=times, thumbs=frames[-12:], logs=logs,
-            cost=self._cost(job, record), now=time.time(),
+            cost=self._cost(job, record), now=time.time(), files=files,
         )  # fmt: skip
         return "200 OK", HTML, html.encode(), []
 
@@ -175,7 +301,7 @@ class FarmWeb:
             return None
         return spend.spent, spend.spent + spend.expected_rest
 
-    def thumb(self, job: str, frame: str) -> Response:
+    def thumb(self, actor: User | None, job: str, frame: str) -> Response:
         """The thumbnail of the frame as recorded: its record names the writer whose it is."""
         record = self.ledger.frame_records(job, [int(frame)]).get(int(frame))
         key = keys.thumb_key(job, int(frame), record.writer if record else None)
@@ -184,7 +310,7 @@ class FarmWeb:
             return self._missing(f"no thumbnail of frame {frame}")
         return "200 OK", "image/jpeg", self.store.get_bytes(key), []
 
-    def log_text(self, job: str, name: str) -> Response:
+    def log_text(self, actor: User | None, job: str, name: str) -> Response:
         key = keys.job_prefix(job) + "logs/" + name
         size = self.store.size(key) if _LOG_NAME.match(name) else None
         if size is None:
@@ -195,7 +321,7 @@ class FarmWeb:
         note = f"[the first {size - LOG_MAX_BYTES} bytes left out; `farm logs {job}` has them]\n"
         return "200 OK", "text/plain; charset=utf-8", note.encode() + tail, []
 
-    def video(self, job: str) -> Response:
+    def video(self, actor: User | None, job: str) -> Response:
         """A redirect to a short-lived presigned URL: the video never passes through here."""
         output = self.ledger.job(job).get("output", "")
         if not output:

@@ -40,6 +40,14 @@ def content_security_policy(media_origin: str = "") -> str:
     ])  # fmt: skip
 
 
+def login_policy() -> str:
+    """The login page's CSP: its one form posts to this server, and nothing else loads."""
+    return "; ".join([
+        "default-src 'none'", "style-src 'unsafe-inline'", "form-action 'self'",
+        "frame-ancestors 'none'", "base-uri 'none'",
+    ])  # fmt: skip
+
+
 def clock(seconds: float | None) -> str:
     if seconds is None:
         return ""
@@ -115,10 +123,12 @@ def job_page(
     logs: dict[int, list[str]],
     cost: Cost | None,
     now: float | None = None,
+    files: bool = True,
 ) -> str:
     """One job: its latest frames as thumbnails, a per-chunk timeline and the video when done.
     `chunk_times`: (started, finished) per chunk; `thumbs`: frame numbers that have one;
-    `logs`: each chunk's attempt log names."""
+    `logs`: each chunk's attempt log names; `files`: whether the video and the logs are linked
+    (a user logged in sees those of their own jobs, or all as a wrangler)."""
     now = now or time.time()
     starts = [t[0] for t in chunk_times.values() if t[0]]
     start = min(starts) if starts else now
@@ -132,12 +142,17 @@ def job_page(
             "worker": c["worker"], "attempt": c["attempt"], "started": started,
             "finished": finished, "lane": _lane(started, finished, start, span),
             "duration": clock(finished - started) if started and finished else "",
-            "logs": logs.get(c["index"], []),
+            "logs": logs.get(c["index"], []) if files else [],
             "error": c["error"].splitlines()[0][:300] if c["error"] else "",
         })  # fmt: skip
     page = _PAGES.get_template("job.html")
-    return page.render(s=summary, cost=cost, thumbs=thumbs, chunks=chunks)
+    return page.render(s=summary, cost=cost, thumbs=thumbs, chunks=chunks, files=files)
 
 
 def not_found(what: str) -> str:
     return _PAGES.get_template("not_found.html").render(what=what)
+
+
+def login_page(error: str = "") -> str:
+    """The form that takes an API token (`farm user add` prints one) for a session."""
+    return _PAGES.get_template("login.html").render(error=error)

@@ -4,6 +4,11 @@ Tornado because a connection costs it no thread: TLS handshakes and request read
 loop, so a slow or half-open client never holds up another (cheroot shakes hands on its one accept
 thread; waitress has no TLS). It takes our SSLContext as it is, keeps connections alive, and stops
 gracefully; Flower depends on it already.
+
+Tornado's WSGIContainer buffers a whole answer before it sends it, so the paths an app says stream
+(its `streams(path)`: the API's server-sent events) go another way here: the app's answer is
+written as it is made, one poll of its iterator at a time in the thread pool, about once a second
+while it has nothing to say, until it ends, the client goes, or the server stops.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 import signal
 import socket
 import sys
@@ -22,7 +28,7 @@ from typing import Any
 from tornado import httputil
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
-from tornado.iostream import IOStream
+from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import bind_sockets
 from tornado.wsgi import WSGIContainer
 
@@ -35,8 +41,13 @@ THREADS = 16
 """Requests answered at once: each reads the ledger and the store, blocking."""
 IDLE_S = 60.0
 """A connection that sends no request for this long is closed (it holds a socket, no thread)."""
-BODY_MAX_BYTES = 64 << 10
-"""Every page is a GET; tornado reads a request's body whole before the app sees it."""
+BODY_MAX_BYTES = 16 << 20
+"""Tornado reads a request's body whole before the app sees it. The apps refuse by route what is
+over their own limits, with a 413 that names the limit (the API: 8 MiB for a submission, 64 KiB
+for the rest; a page: 64 KiB); a body up to twice the largest reaches them so that they can, and
+a larger one tornado refuses itself (400, the connection closed) without keeping it."""
+POLL_S = 1.0
+"""A stream's pause between polls that had nothing to send (the API polls the ledger)."""
 GRACE_S = 5.0
 """On a stop, how long the requests under way get to finish."""
 SECURITY_HEADERS = (
@@ -54,9 +65,13 @@ class _Container(WSGIContainer):
     """Counts the requests under way, so that a stop lets them finish, and logs each at debug:
     the access log is no part of the web's log (as with the standard library's server before)."""
 
-    def __init__(self, app: WSGIApp, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, app: WSGIApp, executor: ThreadPoolExecutor, stopping: asyncio.Event | None = None
+    ) -> None:
         super().__init__(_answering(app), executor=executor)
         self.busy = 0  # touched on the event loop only
+        self._streams: Callable[[str], bool] = getattr(app, "streams", lambda _: False)
+        self._stopping = stopping or asyncio.Event()
 
     async def handle_request(self, request: httputil.HTTPServerRequest) -> None:
         if not _host_port_reads(request.host):
@@ -64,9 +79,69 @@ class _Container(WSGIContainer):
             return
         self.busy += 1
         try:
-            await super().handle_request(request)
+            if self._streams(request.path):
+                await self._stream(request)
+            else:
+                await super().handle_request(request)
         finally:
             self.busy -= 1
+
+    async def _stream(self, request: httputil.HTTPServerRequest) -> None:
+        """The app's answer written as it is made: each poll of its iterator runs in the pool;
+        b"" (nothing yet) pauses POLL_S. Ends with the iterator, when the client is gone (a
+        failed write, or the peer's end of the connection closed), or when the server stops."""
+        loop = asyncio.get_running_loop()
+        connection = request.connection
+        assert connection is not None
+        started: dict[str, Any] = {}
+
+        def start_response(status: str, headers: list[tuple[str, str]], *_: Any) -> Any:
+            started.update(status=status, headers=headers)
+            return lambda _: None  # the old write() callable: no app of the farm's uses it
+
+        body = await loop.run_in_executor(
+            self.executor, self.wsgi_application, self.environ(request), start_response
+        )
+        chunks = iter(body)
+
+        def poll() -> bytes | None:
+            try:
+                return next(chunks, None)
+            except Exception:  # the stream ends; its client may ask again
+                log.exception("%s failed while streaming", request.path)
+                return None
+
+        code, _, reason = started["status"].partition(" ")
+        headers = httputil.HTTPHeaders()
+        for name, value in started["headers"]:
+            headers.add(name, value)
+        try:
+            connection.write_headers(
+                httputil.ResponseStartLine("HTTP/1.1", int(code), reason), headers
+            )
+            while not self._stopping.is_set():
+                chunk = await loop.run_in_executor(self.executor, poll)
+                if chunk is None:
+                    break
+                if chunk:
+                    await connection.write(chunk)
+                elif await self._gone(request):
+                    break
+            connection.finish()
+        except StreamClosedError:
+            log.debug("%s %s: the client went", request.remote_ip, request.path)
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                await loop.run_in_executor(self.executor, close)
+        self._log(int(code), request)
+
+    async def _gone(self, request: httputil.HTTPServerRequest) -> bool:
+        """Pause POLL_S (less if the server stops); whether the client closed its end since."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), POLL_S)
+        stream = getattr(request.connection, "stream", None)
+        return stream is None or stream.closed() or _peer_closed(stream.socket)
 
     async def settle(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
@@ -75,6 +150,19 @@ class _Container(WSGIContainer):
 
     def _log(self, status_code: int, request: httputil.HTTPServerRequest) -> None:
         log.debug("%s %s %s %d", request.remote_ip, request.method, request.path, status_code)
+
+
+def _peer_closed(sock: socket.socket | None) -> bool:
+    """Whether the peer closed its end of `sock` (or it failed), without reading from it: TCP's
+    own state, so it holds for TLS too."""
+    if sock is None:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLRDHUP)
+    return any(
+        events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
+        for _, events in poller.poll(0)
+    )
 
 
 def _host_port_reads(host: str) -> bool:
@@ -203,7 +291,7 @@ class WebServer:
         for signum in stop_signals:
             asyncio.get_running_loop().add_signal_handler(signum, self._stopping.set)
         pool = ThreadPoolExecutor(THREADS, thread_name_prefix="farm-web")
-        container = _Container(self.app, pool)
+        container = _Container(self.app, pool, self._stopping)
         kind = HTTPServer if self._context else _PlainServer
         server = kind(
             container, ssl_options=self._context, idle_connection_timeout=IDLE_S,

@@ -105,7 +105,7 @@ def make_video(path: Path, seconds: float, *fmt: str) -> Path:
 def submit_skipping_the_check(farm: LocalFarm, hostile: Path, tmp_path: Path) -> str:
     """What anyone holding the farm's credentials can do: write the job with a spec of their own
     (here a good master's), the submit's probe never run on the file that is uploaded."""
-    from farm.control.jobs import submit
+    from farm.control.intake import submit
 
     good = make_video(tmp_path / "good" / hostile.name, 1)  # the same name, as submit records it
     spec = transcode_spec_from_file(

@@ -165,13 +165,26 @@ STORE_MATRIX: dict[str, list[tuple[str, str, bool]]] = {
         (GET, f"jobs/{JOB}/output.mp4", True), (GET, "scenes/lp.blend", True),
         (GET, "elsewhere/x", False),
     ],
+    # The API (farm web) keeps the users, signs staged uploads' PUTs, moves them to their
+    # content-addressed keys and writes a submitted job's record; a job's outputs stay the
+    # workers'. (SeaweedFS's Write covers DELETE: the IAM policy is narrower, tests/infra.)
     "control": [
         (GET, f"jobs/{JOB}/logs/a.log", True), (GET, f"jobs/{JOB}/spec.json", True),
-        (PUT, f"jobs/{JOB}/spec.json", False), (PUT, f"jobs/{JOB}/frames/000001.png", False),
-        (PUT, "scenes/lp.blend", False), (DELETE, "scenes/lp.blend", False),
-        (GET, "scenes/lp.blend", False), (GET, "elsewhere/x", False),
+        (PUT, f"jobs/{JOB}/spec.json", True), (PUT, f"jobs/{JOB}/assets.json", True),
+        (PUT, f"jobs/{JOB}/frames/000001.png", False),
+        (PUT, f"jobs/{JOB}/manifests/00000.json", False),
+        (PUT, "scenes/lp.blend", True), (GET, "scenes/lp.blend", True),
+        (PUT, "assets/lp", True), (GET, "assets/lp", True),
+        (PUT, "users/lp.json", True), (GET, "users/lp.json", True),
+        (PUT, "uploads/lp", True), (GET, "uploads/lp", True), (DELETE, "uploads/lp", True),
+        (PUT, "elsewhere/x", False), (GET, "elsewhere/x", False),
     ],
 }  # fmt: skip
+# No one but the control plane (and the admin) reads or writes the users' records (their tokens'
+# hashes) or the staged uploads.
+for _role in ("worker", "cli"):
+    STORE_MATRIX[_role] += [(PUT, "users/lp.json", False), (GET, "users/lp.json", False),
+                            (PUT, "uploads/lp", False), (GET, "uploads/lp", False)]  # fmt: skip
 STORE_ROWS = [(role, *row) for role, rows in STORE_MATRIX.items() for row in rows]
 
 

@@ -15,30 +15,18 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
 from farm.media.probe import input_options, option_args
-from tests.conftest import ROOT, LocalFarm, ffprobe, start_farm
+from tests.conftest import ROOT, LocalFarm, ffprobe
 from tests.e2e.encode_media import make_master
 
 pytestmark = pytest.mark.e2e
 DEMO = ROOT / "scenes" / "demo.blend"
 SYSTEM_CAS = "/etc/ssl/certs/ca-certificates.crt"
-
-
-@pytest.fixture(scope="module")
-def tls_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFarm]:
-    base = tmp_path_factory.mktemp("tls") / "it's a farm"
-    base.mkdir()
-    farm = start_farm(base, 1, None, "--tls")
-    try:
-        yield farm
-    finally:
-        farm.down()
 
 
 def one_line_error(farm: LocalFarm, *args: str, **env: str) -> str:

@@ -83,9 +83,15 @@ KEYS = {
     "video master": _key(keys.scene_key, suffix=".mov"),
     "asset": _key(keys.asset_key),
     "ledger mark": keys.ledger_mark_key(),
+    "user record": keys.user_key("ada"),
+    "staged upload": f"uploads/{SAMPLES['sha256']}",  # the API's presigned PUTs land here
     **JOB_KEYS,
 }
 SOURCES = {"scene", "video master", "asset"}
+API = {"user record", "staged upload"}
+"""What only the API (farm web, the control role) keeps: users, and uploads not yet submitted."""
+API_SUBMIT = SOURCES | {"spec", "asset manifest"}
+"""What a submit through the API writes, as the submitter's CLI does in direct mode."""
 CHUNK_DATA = {"frame", "thumbnail", "render master", "file output", "segment", "manifest", "log"}
 
 CREATE = {"s3:ObjectCreationOperation": "true"}
@@ -121,15 +127,17 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
     # farm web reads thumbnails and logs and signs a link to the output; the reconciler aborts
     # the early upload (into the output's key) of a failed or cancelled job, reads a job back
     # to rebuild a ledger that lost it, and keeps jobs' ends and the ledger's mark
-    # (farm.control.rebuild).
+    # (farm.control.rebuild). farm web's API keeps the users, signs the staged uploads' PUTs,
+    # reads them to hash them, moves them to their sources' keys (or drops them), looks the
+    # sources up by HEAD, and writes a submitted job's record.
     "control": {
-        "GetObject/HeadObject": set(JOB_KEYS) | {"ledger mark"},
-        "PutObject": {"control record", "ledger mark"},
-        "PutObject If-None-Match": {"control record", "ledger mark"},
+        "GetObject/HeadObject": set(JOB_KEYS) | {"ledger mark"} | API | SOURCES,
+        "PutObject": {"control record", "ledger mark"} | API | API_SUBMIT,
+        "PutObject If-None-Match": {"control record", "ledger mark"} | API | API_SUBMIT,
         "PutObject tagged": set(),
-        "multipart upload": {"control record", "ledger mark"},
-        "AbortMultipartUpload": {"output"},
-        "DeleteObject": set(),
+        "multipart upload": {"control record", "ledger mark"} | API | API_SUBMIT,
+        "AbortMultipartUpload": {"output", "staged upload"} | SOURCES,
+        "DeleteObject": {"staged upload"},
     },
     # farm submit and retry --scene upload sources by hash (a HEAD first) and write the job's
     # record (pause, resume, priority, cancel and retry its control record); fetch, logs and

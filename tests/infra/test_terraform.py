@@ -140,6 +140,15 @@ def test_lifecycle_aborts_multipart_and_expires_intermediate_chunk_data(tf: TF) 
     assert all(rule["status"] == "Enabled" for rule in rules.values())
 
 
+def test_lifecycle_drops_staged_uploads_no_submit_took_after_a_day(tf: TF) -> None:
+    [(_, _, lifecycle)] = list(blocks(tf, "resource", "aws_s3_bucket_lifecycle_configuration"))
+    rule = {rule["id"]: rule for rule in lifecycle["rule"]}["expire-abandoned-uploads"]
+    assert one(rule, "filter")["prefix"] == "uploads/"
+    assert one(rule, "expiration")["days"] == 1
+    assert one(rule, "noncurrent_version_expiration")["noncurrent_days"] == 1
+    assert one(rule, "abort_incomplete_multipart_upload")["days_after_initiation"] == 1
+
+
 def test_redis_is_encrypted_and_its_users_passwords_come_from_secrets_manager(tf: TF) -> None:
     [(_, _, redis)] = list(blocks(tf, "resource", "aws_elasticache_replication_group"))
     assert redis["transit_encryption_enabled"] is True

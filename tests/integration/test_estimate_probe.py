@@ -47,7 +47,7 @@ def test_an_interrupted_wait_cancels_the_probe_job(
     def ctrl_c(_: float) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("farm.control.jobs.submit", submit)
+    monkeypatch.setattr("farm.control.intake.submit", submit)
     monkeypatch.setattr(estimate.time, "sleep", ctrl_c)
     spec = make_job(ledger, "the-job", frames="1-240")
     with pytest.raises(KeyboardInterrupt):

@@ -47,7 +47,8 @@ class Capabilities:
     def queues(self) -> list[str]:
         """Render (when Blender works) and stitch; encode where NVENC works, or where there is no
         GPU at all (a CPU host encodes in software; a GPU host without an encoder leaves encodes
-        to others)."""
+        to others). The phase queues: the worker consumes every project's lanes of each too
+        (farm.core.queues.consumed), and its capabilities decide which phases, not projects."""
         queues = (
             [str(Queue.STITCH)] if self.blender_error else [str(Queue.RENDER), str(Queue.STITCH)]
         )

@@ -1,5 +1,6 @@
 # The farm's bucket: private, KMS-encrypted, versioned, TLS 1.2+ only; intermediate chunk data
-# (frames and segments, tagged farm-data=intermediate by the store) expires on its own.
+# (frames and segments, tagged farm-data=intermediate by the store) and abandoned API uploads
+# (uploads/) expire on their own.
 
 resource "aws_s3_bucket" "farm" {
   #checkov:skip=CKV_AWS_144:Cross-region replication would double the cost of bulky, reproducible render data; replicate deliverables downstream if needed.
@@ -85,6 +86,26 @@ resource "aws_s3_bucket_lifecycle_configuration" "farm" {
     }
     noncurrent_version_expiration {
       noncurrent_days = 1
+    }
+  }
+
+  # The API's staged uploads (uploads/<sha256>, PUT through presigned URLs) are moved to their
+  # content-addressed key when a submit names them; one no submit took (a client gone, a submit
+  # refused) is dropped after a day, and its parts if it was sent in parts.
+  rule {
+    id     = "expire-abandoned-uploads"
+    status = "Enabled"
+    filter {
+      prefix = "uploads/"
+    }
+    expiration {
+      days = 1
+    }
+    noncurrent_version_expiration {
+      noncurrent_days = 1
+    }
+    abort_incomplete_multipart_upload {
+      days_after_initiation = 1
     }
   }
 

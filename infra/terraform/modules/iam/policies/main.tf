@@ -5,7 +5,8 @@
 #
 # Object grants are per prefix under jobs/*/, as farm/core/keys.py lays them out. IAM cannot tell
 # one job from another, so a worker may write any job's chunk data, never a job's record (spec,
-# asset manifest), a scene or an asset, and deletes nothing.
+# asset manifest), a scene or an asset, and deletes nothing. The control plane serves the API
+# (farm web): it keeps the users' records and writes what a submit through the API brings.
 
 variable "bucket_arn" {
   description = "ARN of the farm's bucket."
@@ -70,8 +71,14 @@ locals {
   chunk_folders = ["frames", "thumbs", "masters", "file_output", "segments", "manifests", "logs"]
   chunk_data    = [for folder in local.chunk_folders : "${local.objects}jobs/*/${folder}/*"]
   outputs       = ["${local.objects}jobs/*/output.*"]
+  sources       = ["${local.objects}scenes/*", "${local.objects}assets/*"]
   via_s3        = ["s3.${var.region}.amazonaws.com"]
   via_secrets   = ["secretsmanager.${var.region}.amazonaws.com"]
+
+  # The API's own prefixes (farm/core/keys.py): users' records, and staged uploads, which the
+  # bucket's lifecycle drops after a day if no submit takes them.
+  users   = "${local.objects}users/*"
+  uploads = "${local.objects}uploads/*"
 
   # A HEAD of a missing key answers 404 only to a caller that may list the bucket (403 without):
   # every role looks keys up (Store.size, Store.head), and the names say no more than the ledger.
@@ -190,19 +197,20 @@ locals {
     {
       # farm web: thumbnails, logs and a presigned link to the output; the reconciler reads a
       # job's record back (its spec, control record, manifests, frames) to rebuild a ledger
-      # that lost it, and the ledger's mark.
+      # that lost it, the ledger's mark, and the projects' records (farm.control.projects).
       Sid      = "ReadJobData"
       Effect   = "Allow"
       Action   = ["s3:GetObject"]
-      Resource = ["${local.objects}jobs/*", "${local.objects}ledger/*"]
+      Resource = ["${local.objects}jobs/*", "${local.objects}ledger/*", "${local.objects}projects/*"]
     },
     {
       # The reconciler keeps a failed or cancelled job's end in its control record, and the
-      # ledger's mark (farm.control.rebuild).
+      # ledger's mark (farm.control.rebuild); `farm project` on the control plane's host keeps
+      # the projects' records.
       Sid      = "KeepLedgerRecord"
       Effect   = "Allow"
       Action   = ["s3:PutObject"]
-      Resource = ["${local.objects}jobs/*/control.json", "${local.objects}ledger/*"]
+      Resource = ["${local.objects}jobs/*/control.json", "${local.objects}ledger/*", "${local.objects}projects/*"]
     },
     {
       # The reconciler aborts the early upload of a job that failed or was cancelled.
@@ -211,8 +219,43 @@ locals {
       Action   = ["s3:AbortMultipartUpload"]
       Resource = local.outputs
     },
+    {
+      # farm web's API: the users' records; staged uploads, read back to be hashed; a submit's
+      # scene and assets, looked up (HEAD) to skip what is stored already.
+      Sid      = "ReadApiData"
+      Effect   = "Allow"
+      Action   = ["s3:GetObject"]
+      Resource = concat([local.users, local.uploads], local.sources)
+    },
+    {
+      # Users added and revoked; staged uploads, whose presigned PUTs the API signs with this
+      # role; a submit's sources, moved from their staged upload to their content-addressed key,
+      # and the job's record (spec, asset manifest).
+      Sid    = "WriteApiData"
+      Effect = "Allow"
+      Action = ["s3:PutObject"]
+      Resource = concat([local.users, local.uploads], local.sources, [
+        "${local.objects}jobs/*/spec.json",
+        "${local.objects}jobs/*/assets.json",
+      ])
+    },
+    {
+      # A staged upload or a source large enough to go in parts, given up half-way.
+      Sid      = "AbortApiUploads"
+      Effect   = "Allow"
+      Action   = ["s3:AbortMultipartUpload"]
+      Resource = concat([local.uploads], local.sources)
+    },
+    {
+      # A staged upload goes once it is moved to its content-addressed key, or found not to
+      # match its hash; nothing else of the bucket is ever deleted by the control plane.
+      Sid      = "DropStagedUploads"
+      Effect   = "Allow"
+      Action   = ["s3:DeleteObject"]
+      Resource = [local.uploads]
+    },
     local.list_bucket,
-    local.objects_key, # it writes the control records and the mark (KeepLedgerRecord)
+    local.objects_key, # it writes control records, the mark (KeepLedgerRecord) and the API's data
     local.decrypt_secrets,
     merge(local.read_redis_password, {
       Sid      = "ReadControlSecrets"

@@ -1,0 +1,347 @@
+"""The JSON Schemas of the API's bodies, by the names farm.web.api.routes gives them: the OpenAPI
+document's components. They describe; the server's own checks (farm.web.api.validate) decide."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+_SHA256: Schema = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_NULLABLE_NUMBER: Schema = {"type": ["number", "null"], "minimum": 0}
+_PRESIGNED: Schema = {
+    "type": "object",
+    "required": ["name", "url", "size"],
+    "properties": {
+        "name": {"type": "string"},
+        "url": {"type": "string", "format": "uri", "description": "A presigned GET, 10 min."},
+        "size": {"type": "integer"},
+    },
+}
+
+SCHEMAS: dict[str, Schema] = {
+    "Error": {
+        "type": "object",
+        "required": ["error", "code"],
+        "properties": {
+            "error": {"type": "string", "description": "What went wrong and what to do."},
+            "code": {
+                "type": "string",
+                "description": "token_missing, token_unknown, token_expired, token_revoked, "
+                "forbidden, too_large, client_too_old, bad_request, bad_json, bad_spec, "
+                "upload_mismatch, upload_missing, unknown_job, unknown_user, name_in_use, "
+                "conflict, no_route, method_not_allowed, unavailable",
+            },
+        },
+    },
+    "OpenAPI": {"type": "object", "description": "An OpenAPI 3.1 document."},
+    "Version": {
+        "type": "object",
+        "required": ["api", "farm", "min_client"],
+        "properties": {
+            "api": {"type": "integer", "const": 1},
+            "farm": {"type": "string", "examples": ["0.1.0"]},
+            "min_client": {"type": "string", "description": "Older X-Farm-Client: 426."},
+        },
+    },
+    "WhoAmI": {
+        "type": "object",
+        "required": ["name", "role"],
+        "properties": {
+            "name": {"type": "string"},
+            "role": {"enum": ["artist", "wrangler", "admin"]},
+            "expires": _NULLABLE_NUMBER,
+        },
+    },
+    "File": {
+        "type": "object",
+        "required": ["sha256", "size", "kind"],
+        "properties": {
+            "sha256": _SHA256,
+            "size": {"type": "integer", "minimum": 0, "maximum": 5 << 30},
+            "kind": {"enum": ["scene", "asset"]},
+            "suffix": {
+                "type": "string",
+                "pattern": r"^\.[a-z0-9]{1,16}$",
+                "description": "A scene's or master's extension, e.g. .blend.",
+            },
+        },
+    },
+    "UploadRequest": {
+        "type": "object",
+        "required": ["files"],
+        "properties": {"files": {"type": "array", "items": ref("File")}},
+    },
+    "UploadOffer": {
+        "type": "object",
+        "required": ["stored", "uploads"],
+        "properties": {
+            "stored": {
+                "type": "array",
+                "items": _SHA256,
+                "description": "Hashes the store holds at that size: not to be sent.",
+            },
+            "uploads": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["sha256", "url", "method", "headers"],
+                    "properties": {
+                        "sha256": _SHA256,
+                        "url": {"type": "string", "format": "uri"},
+                        "method": {"const": "PUT"},
+                        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                    },
+                },
+            },
+        },
+    },
+    "JobSpec": {
+        "type": "object",
+        "description": "farm.core.spec.JobSpec.to_json(): what the CLI builds from the scene (or "
+        "the master's probe) and its flags; checked again by the server.",
+        "required": [
+            "kind",
+            "source_name",
+            "frames",
+            "chunk_size",
+            "resolution",
+            "fps",
+            "samples",
+            "codec",
+        ],
+        "properties": {
+            "kind": {"enum": ["render", "transcode"]},
+            "source_name": {"type": "string"},
+            "frames": {
+                "type": "object",
+                "required": ["first", "last"],
+                "properties": {
+                    "first": {"type": "integer"},
+                    "last": {"type": "integer"},
+                    "step": {"type": "integer", "minimum": 1},
+                },
+            },
+            "chunk_size": {"type": "integer", "minimum": 0, "description": "0: auto."},
+            "resolution": {
+                "type": "object",
+                "required": ["width", "height"],
+                "properties": {"width": {"type": "integer"}, "height": {"type": "integer"}},
+            },
+            "fps": {"type": "number"},
+            "samples": {"type": "integer"},
+            "codec": {"enum": ["h264", "hevc", "av1", "hevc10", "prores"]},
+            "encoder": {"enum": ["auto", "nvenc", "software"]},
+            "quality": {"type": ["integer", "null"]},
+            "preset": {"type": "string"},
+            "master": {"type": ["object", "null"]},
+            "scene": {"type": ["object", "null"]},
+            "engine": {"type": ["string", "null"]},
+            "camera": {"type": ["string", "null"]},
+            "overrides": {"type": "array", "items": {"type": "string"}},
+            "trusted_scripts": {"type": "boolean"},
+        },
+    },
+    "Manifest": {
+        "type": "object",
+        "description": "The files the scene uses (farm.blender.assets.Manifest.to_json()).",
+        "required": ["scene", "assets"],
+        "properties": {
+            "version": {"const": 1},
+            "scene": {"type": "string"},
+            "assets": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["path", "sha256", "size_bytes"],
+                    "properties": {
+                        "path": {"type": "string"},
+                        "sha256": _SHA256,
+                        "size_bytes": {"type": "integer", "minimum": 0},
+                    },
+                },
+            },
+            "remap": {"type": "object", "additionalProperties": {"type": "string"}},
+            "missing": {"type": "array", "items": {"type": "string"}},
+            "unremapped": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "Submission": {
+        "type": "object",
+        "required": ["spec", "source"],
+        "properties": {
+            "spec": ref("JobSpec"),
+            "source": {
+                "type": "object",
+                "required": ["sha256", "size", "suffix"],
+                "properties": {
+                    "sha256": _SHA256,
+                    "size": {"type": "integer"},
+                    "suffix": {"type": "string"},
+                },
+            },
+            "assets": {"oneOf": [ref("Manifest"), {"type": "null"}]},
+            "priority": {"type": "integer", "minimum": 0, "maximum": 100, "default": 50},
+            "max_cost": _NULLABLE_NUMBER,
+            "notify": {"type": ["string", "null"], "format": "uri"},
+            "project": {"type": ["string", "null"], "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+        },
+    },
+    "Submitted": {
+        "type": "object",
+        "required": [
+            "id",
+            "state",
+            "chunks_total",
+            "frames_total",
+            "source_key",
+            "owner",
+            "assets",
+        ],
+        "properties": {
+            "id": {"type": "string"},
+            "state": {"const": "queued"},
+            "chunks_total": {"type": "integer"},
+            "frames_total": {"type": "integer"},
+            "source_key": {"type": "string"},
+            "owner": {"type": "string"},
+            "project": {"type": ["string", "null"]},
+            "settings": {"type": "object"},
+            "assets": {
+                "type": "object",
+                "properties": {
+                    name: {"type": "integer"}
+                    for name in ("files", "uploaded", "reused", "bytes_uploaded")
+                }
+                | {"missing": {"type": "array", "items": {"type": "string"}}},
+            },
+        },
+    },
+    "Estimate": {
+        "type": "object",
+        "description": "What `farm submit --estimate --json` prints.",
+        "properties": {
+            "frames": {"type": "integer"},
+            "chunks": {"type": "integer"},
+            "chunk_size": {"type": "integer"},
+            "gpu_hours_spot": {"type": "number"},
+            "gpu_hours_on_demand": {"type": "number"},
+            "time_s": {"type": "number"},
+            "cost_spot": {"type": "number"},
+            "cost_on_demand": {"type": "number"},
+            "probe_job": {"type": "string"},
+        },
+    },
+    "JobSummary": {
+        "type": "object",
+        "description": "farm.core.report.job_summary with priority, pause reason and cost.",
+        "required": ["id", "kind", "state", "owner", "project", "chunks_total", "frames_total"],
+        "properties": {
+            "id": {"type": "string"},
+            "kind": {"enum": ["render", "transcode"]},
+            "state": {"type": "string"},
+            "owner": {"type": "string"},
+            "project": {"type": "string"},
+            "chunks_total": {"type": "integer"},
+            "chunks_done": {"type": "integer"},
+            "frames_total": {"type": "integer"},
+            "frames_rendered": {"type": "integer"},
+            "priority": {"type": "integer"},
+            "cost": {"type": "object"},
+            "spec": {"type": "object"},
+        },
+    },
+    "JobStatus": {
+        "allOf": [ref("JobSummary")],
+        "description": "The summary with its chunks and settings: `farm status --json`.",
+        "properties": {
+            "chunks": {"type": "array", "items": {"type": "object"}},
+            "settings": {"type": "object"},
+        },
+    },
+    "JobList": {
+        "type": "object",
+        "required": ["jobs"],
+        "properties": {"jobs": {"type": "array", "items": ref("JobSummary")}},
+    },
+    "Events": {
+        "type": "string",
+        "description": "text/event-stream: `event: status` / `event: end`, each `data:` a "
+        "JobStatus as JSON on one line; `: keepalive` comments.",
+    },
+    "Resume": {"type": "object", "properties": {"max_cost": _NULLABLE_NUMBER}},
+    "Retry": {
+        "type": "object",
+        "properties": {"every_unfinished": {"type": "boolean", "default": False}},
+        "description": "A fixed scene (the CLI's --scene) is not taken through the API.",
+    },
+    "Priority": {
+        "type": "object",
+        "required": ["priority"],
+        "properties": {"priority": {"type": "integer", "minimum": 0, "maximum": 100}},
+    },
+    "Output": {
+        "type": "object",
+        "required": ["video", "frames"],
+        "properties": {
+            "video": {"oneOf": [_PRESIGNED, {"type": "null"}]},
+            "frames": {
+                "type": "array",
+                "items": {
+                    "allOf": [_PRESIGNED],
+                    "properties": {"frame": {"type": ["integer", "null"]}},
+                    "description": "name: the file's path in the frames folder.",
+                },
+            },
+        },
+    },
+    "Logs": {
+        "type": "object",
+        "required": ["logs"],
+        "properties": {
+            "logs": {
+                "type": "array",
+                "items": {"allOf": [_PRESIGNED], "properties": {"chunk": {"type": "integer"}}},
+            }
+        },
+    },
+    "User": {
+        "type": "object",
+        "required": ["name", "role", "created", "expires", "revoked"],
+        "properties": {
+            "name": {"type": "string"},
+            "role": {"enum": ["artist", "wrangler", "admin"]},
+            "created": {"type": "number"},
+            "expires": _NULLABLE_NUMBER,
+            "revoked": _NULLABLE_NUMBER,
+        },
+    },
+    "UserList": {
+        "type": "object",
+        "required": ["users"],
+        "properties": {"users": {"type": "array", "items": ref("User")}},
+    },
+    "NewUser": {
+        "type": "object",
+        "required": ["name", "role"],
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,63}$"},
+            "role": {"enum": ["artist", "wrangler", "admin"]},
+            "expires_days": _NULLABLE_NUMBER,
+        },
+    },
+    "AddedUser": {
+        "type": "object",
+        "required": ["name", "role", "token"],
+        "properties": {
+            "name": {"type": "string"},
+            "role": {"type": "string"},
+            "token": {"type": "string", "description": "Shown this once; only its hash is kept."},
+        },
+    },
+}
