@@ -28,6 +28,7 @@ from farm.cli.submit import (
     wait_for_job,
 )
 from farm.cli.users import user as user_group
+from farm.cli.waits import unwritable
 from farm.core import keys
 from farm.core.errors import (
     ConfigError,
@@ -222,11 +223,7 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
                 store.get_file(key, frames_dir.joinpath(*path.parts))
             click.echo(str(frames_dir))
     except OSError as exc:
-        blocked = Path(exc.filename) if exc.filename else None
-        why = f", {blocked} is in the way" if blocked in target.parents else ""
-        raise FarmError(
-            f"cannot write {target}: {exc.strerror or exc}{why}; choose another DEST"
-        ) from exc
+        raise unwritable(exc, target) from exc
 
 
 @cli.command()

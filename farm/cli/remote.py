@@ -23,20 +23,17 @@ import click
 
 from farm.adapters.farmapi import APIUnreachable, FarmAPI
 from farm.adapters.settings import Settings, command_settings, default_config_path, load_settings
+from farm.cli.waits import STOPS, say_stop, stopped_waiting, unwritable
 from farm.core.cost import money
 from farm.core.errors import ConfigError, FarmError
 from farm.core.pipeline import waiting_for
 from farm.core.report import advance, jobs_table, printable, progress_bar, progress_line, to_text
 from farm.core.spec import JobKind, JobSpec, provenance
-from farm.core.state import ENDED, JobState
+from farm.core.state import JobState
 
 if TYPE_CHECKING:
     from farm.blender.assets import Traced
 
-STOPS = ENDED | {JobState.PAUSED}
-"""Where a wait stops, as in direct mode (farm.cli.submit): the job ended, or a person must act."""
-INTERRUPTED_EXIT = 130
-"""A wait ended by Ctrl-C, as in direct mode: 128 + SIGINT."""
 UPLOAD_THREADS = 8
 RECONNECTS = 5
 """Times a broken events stream is opened again (a server restarting) before the wait gives up."""
@@ -205,22 +202,13 @@ def follow(api: FarmAPI, job_id: str, *, quiet: bool) -> dict[str, Any]:
     except KeyboardInterrupt:
         if tty:
             bar.stop()
-        click.echo(f"stopped waiting; job {job_id} goes on: `farm status {job_id} --wait` "
-                   f"follows it again, `farm cancel {job_id}` stops it", err=True)  # fmt: skip
-        raise SystemExit(INTERRUPTED_EXIT) from None
+        raise stopped_waiting(job_id) from None
     finally:
         if tty:
             bar.stop()
     if quiet or summary["state"] == JobState.DONE:
         return summary
-    if summary["state"] == JobState.PAUSED:
-        reason = str(summary.get("paused_reason") or "paused")
-        if "farm resume" not in reason:
-            reason += f"; `farm resume {job_id}` continues it"
-        said = f"job {job_id} paused: {reason}; `farm status {job_id} --wait` follows it again"
-        click.echo(printable(said), err=True)
-    else:
-        click.echo(printable(f"job {job_id} {summary['state']}: {summary['error']}"), err=True)
+    say_stop(job_id, summary, str(summary.get("paused_reason") or "paused"))
     return summary
 
 
@@ -362,11 +350,7 @@ def fetch(api: FarmAPI, job_id: str, dest_text: str, with_frames: bool) -> None:
                 api.get_file(frame["url"], where, int(frame["size"]))
             click.echo(str(frames_dir))
     except OSError as exc:
-        blocked = Path(exc.filename) if exc.filename else None
-        why = f", {blocked} is in the way" if blocked in target.parents else ""
-        raise FarmError(
-            f"cannot write {target}: {exc.strerror or exc}{why}; choose another DEST"
-        ) from exc
+        raise unwritable(exc, target) from exc
 
 
 def _relative(name: str) -> PurePosixPath:

@@ -14,10 +14,11 @@ import click
 
 from farm.adapters.settings import Settings, command_settings
 from farm.cli import remote
+from farm.cli.waits import STOPS, say_stop, stopped_waiting
 from farm.core.errors import SpecError
 from farm.core.report import advance, job_summary, printable, progress_bar, progress_line
 from farm.core.spec import JobSpec, build_render_spec, check_scene_path, provenance
-from farm.core.state import ENDED, JobState
+from farm.core.state import JobState
 from farm.ledger import Ledger
 from farm.ledger.ports import SubmitLedger
 
@@ -330,15 +331,6 @@ def settings_text(settings: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-STOPS = ENDED | {JobState.PAUSED}
-"""Where a wait stops: the job has ended, or it is paused and only a person can go on."""
-
-
-INTERRUPTED_EXIT = 130
-"""A wait ended by Ctrl-C (128 + SIGINT, as a shell reports it): not the job's end, whose exit
-a script reads (0 done, 1 failed, cancelled or paused)."""
-
-
 def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]:
     """Follow the job until it ends or pauses: a live bar on a terminal, a line per change in a
     log. A paused job (its budget, `farm pause`) waits for a person: the wait ends saying why."""
@@ -367,23 +359,13 @@ def wait_for_job(settings: Settings, job_id: str, quiet: bool) -> dict[str, Any]
     except KeyboardInterrupt:
         if tty:
             bar.stop()
-        # Only the wait ends: the job goes on (and is paid for) until someone stops it.
-        click.echo(f"stopped waiting; job {job_id} goes on: `farm status {job_id} --wait` "
-                   f"follows it again, `farm cancel {job_id}` stops it", err=True)  # fmt: skip
-        raise SystemExit(INTERRUPTED_EXIT) from None
+        raise stopped_waiting(job_id) from None
     finally:
         if tty:
             bar.stop()  # a second stop is nothing
     if quiet or summary["state"] == JobState.DONE:
         return summary
-    if summary["state"] == JobState.PAUSED:
-        reason = ledger.job(job_id).get("paused_reason", "")
-        if "farm resume" not in reason:
-            reason += f"; `farm resume {job_id}` continues it"
-        said = f"job {job_id} paused: {reason}; `farm status {job_id} --wait` follows it again"
-        click.echo(printable(said), err=True)
-    else:
-        click.echo(printable(f"job {job_id} {summary['state']}: {summary['error']}"), err=True)
+    say_stop(job_id, summary, ledger.job(job_id).get("paused_reason", ""))
     return summary
 
 

@@ -19,6 +19,7 @@ import redis
 
 from farm.adapters.settings import Settings
 from farm.adapters.store import Store
+from farm.adapters.tls import ensure_local_ca
 from farm.core.errors import FarmError
 from farm.core.plan import plan_chunks
 from farm.core.spec import JobSpec, build_render_spec
@@ -147,3 +148,16 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     yield found
     server.terminate()
     server.wait(30)
+
+
+@pytest.fixture(scope="session")
+def tls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The farm's own CA and certificate for 127.0.0.1, as `farm up --tls` makes them."""
+    tls = tmp_path_factory.mktemp("tls") / "tls"
+    ensure_local_ca(tls)
+    return tls
+
+
+@pytest.fixture(params=["http", "https"])
+def scheme(request: pytest.FixtureRequest) -> str:
+    return str(request.param)

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import requests
 
-from farm.adapters.tls import ensure_local_ca
 from farm.core import keys
 from farm.core.plan import plan_chunks
 from farm.core.spec import build_render_spec
@@ -45,19 +44,6 @@ class Served:
     def get(self, path: str, **kw: Any) -> requests.Response:
         kw.setdefault("auth", ("u", "p"))
         return requests.get(self.url + path, verify=self.verify, timeout=30, **kw)
-
-
-@pytest.fixture(scope="module")
-def tls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The farm's own CA and certificate for 127.0.0.1, as `farm up --tls` makes them."""
-    tls = tmp_path_factory.mktemp("tls") / "tls"
-    ensure_local_ca(tls)
-    return tls
-
-
-@pytest.fixture(params=["http", "https"])
-def scheme(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @contextmanager

@@ -9,24 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 
-from farm.adapters.tls import ensure_local_ca
 from tests.integration.test_web_server import _serving
-
-
-@pytest.fixture(scope="module")
-def tls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The farm's own CA and certificate for 127.0.0.1, as `farm up --tls` makes them."""
-    tls = tmp_path_factory.mktemp("tls") / "tls"
-    ensure_local_ca(tls)
-    return tls
-
-
-@pytest.fixture(params=["http", "https"])
-def scheme(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 class Streaming:

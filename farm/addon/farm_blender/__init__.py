@@ -177,6 +177,20 @@ def saved_blend() -> str:
     return str(bpy.data.filepath)
 
 
+def submit_saved(context: Any, *flags: str) -> dict[str, Any]:
+    """Save the open scene and run `farm submit` on it with `flags`, as the preferences' user."""
+    prefs = preferences(context)
+    asking = access(prefs)
+    return run_submit(find_farm(str(prefs.farm_command)), asking, saved_blend(), *flags)
+
+
+def refused(operator: Any, exc: FarmFailed) -> set[str]:
+    """The farm refused or could not be asked: the panel and Blender's status bar say why."""
+    FOLLOWED.message = str(exc)
+    operator.report({"ERROR"}, str(exc))
+    return {"CANCELLED"}
+
+
 class FARM_OT_estimate(bpy.types.Operator):  # type: ignore[misc]
     """Save the scene and ask the farm what it would take to render: frames, chunks, GPU-hours
     and cost (a short probe job runs first when the farm has no timings of the scene)"""
@@ -186,14 +200,9 @@ class FARM_OT_estimate(bpy.types.Operator):  # type: ignore[misc]
 
     def execute(self, context: Any) -> set[str]:
         try:
-            prefs = preferences(context)
-            asking = access(prefs)
-            farm = find_farm(str(prefs.farm_command))
-            FOLLOWED.estimate = run_submit(farm, asking, saved_blend(), "--estimate")
+            FOLLOWED.estimate = submit_saved(context, "--estimate")
         except FarmFailed as exc:
-            FOLLOWED.message = str(exc)
-            self.report({"ERROR"}, str(exc))
-            return {"CANCELLED"}
+            return refused(self, exc)
         FOLLOWED.message = ""
         self.report({"INFO"}, "; ".join(estimate_lines(FOLLOWED.estimate)))
         return {"FINISHED"}
@@ -208,13 +217,9 @@ class FARM_OT_submit(bpy.types.Operator):  # type: ignore[misc]
 
     def execute(self, context: Any) -> set[str]:
         try:
-            prefs = preferences(context)
-            asking = access(prefs)
-            job = run_submit(find_farm(str(prefs.farm_command)), asking, saved_blend())
+            job = submit_saved(context)
         except FarmFailed as exc:
-            FOLLOWED.message = str(exc)
-            self.report({"ERROR"}, str(exc))
-            return {"CANCELLED"}
+            return refused(self, exc)
         FOLLOWED.submitted = job
         follow(str(job["id"]), {**job, "frames_rendered": 0})
         self.report(
