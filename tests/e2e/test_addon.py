@@ -82,6 +82,27 @@ def refused(operator):
     return ""
 
 
+# No event loop headless: run the timer's callback as Blender would, until `done()` or the
+# callback ends; the calls made.
+def timer_until(done, limit_s):
+    polls, deadline = 0, time.monotonic() + limit_s
+    while time.monotonic() < deadline and not done():
+        polls += 1
+        wait = farm_blender.poll()
+        if wait is None:
+            break
+        time.sleep(wait)
+    return polls
+
+
+# The operator run as its button runs it, then the timer until its `farm submit` ends: what
+# was refused at once, or else what the panel then says went wrong ("" for nothing).
+def asked(operator):
+    said = refused(operator)
+    timer_until(lambda: farm_blender.FOLLOWED.asking is None, float(follow_s))
+    return said or farm_blender.FOLLOWED.message
+
+
 bpy.ops.preferences.addon_install(filepath=zip_path)
 bpy.ops.preferences.addon_enable(module="farm_blender")
 import farm_blender
@@ -94,25 +115,24 @@ seen["unsaved"] = refused(bpy.ops.farm.submit)  # the new file Blender starts wi
 
 bpy.ops.wm.open_mainfile(filepath=scene)
 bpy.context.scene.frame_end = 4  # a change not saved yet: submit saves it first
-seen["bad_token"] = refused(bpy.ops.farm.estimate)
+seen["bad_token"] = asked(bpy.ops.farm.estimate)
 
 prefs.api_token = token
-seen["estimate_refused"] = refused(bpy.ops.farm.estimate)
+seen["estimate_refused"] = asked(bpy.ops.farm.estimate)
 seen["estimate"] = farm_blender.FOLLOWED.estimate
+# Submit returns at once, before `farm submit` has answered (the UI does not wait): the job
+# is known only once the timer has collected the answer, and a second submit meanwhile is
+# refused by the button's poll.
 seen["submit_refused"] = refused(bpy.ops.farm.submit)
+seen["in_flight"] = farm_blender.FOLLOWED.asking is not None and not farm_blender.FOLLOWED.job_id
+seen["timer"] = bpy.app.timers.is_registered(farm_blender.poll)
+seen["second_submit"] = refused(bpy.ops.farm.submit)
+timer_until(lambda: farm_blender.FOLLOWED.asking is None, float(follow_s))
 seen["submitted"] = farm_blender.FOLLOWED.submitted
 seen["job_id"] = farm_blender.FOLLOWED.job_id
-seen["timer"] = bpy.app.timers.is_registered(farm_blender.poll)
 
-# No event loop headless: run the timer's callback as Blender would, until it ends.
-polls, deadline = 0, time.monotonic() + float(follow_s)
-while time.monotonic() < deadline:
-    polls += 1
-    wait = farm_blender.poll()
-    if wait is None:
-        break
-    time.sleep(wait)
-seen["polls"] = polls
+# The timer follows the job until it ends.
+seen["polls"] = timer_until(lambda: False, float(follow_s))
 seen["summary"] = farm_blender.FOLLOWED.summary
 seen["message"] = farm_blender.FOLLOWED.message
 seen["progress"] = farm_blender.progress(farm_blender.FOLLOWED.summary)
@@ -161,9 +181,10 @@ def test_the_addon_estimates_submits_and_follows_a_scene_as_an_artist(
     """GIVEN the add-on installed into the bpy wheel from `farm addon --path`, its preferences
     holding the API URL and an artist's token, and Blender started where the farm's own config is
     set (FARM_CONFIG: its Redis password and store keys) WHEN the artist opens a scene, changes it
-    without saving, estimates and submits it, and the panel's timer runs THEN the estimate and
-    the job have the changed range (saved first), the scene's texture went with it, the job ends
-    done, owned by the artist, its video holds every frame, and the token is in no farm log."""
+    without saving, estimates and submits it (each button returns at once, `farm submit` running
+    on a thread), and the panel's timer runs THEN the estimate and the job have the changed range
+    (saved first), the scene's texture went with it, the job ends done, owned by the artist, its
+    video holds every frame, and the token is in no farm log."""
     name = f"ada-{uuid.uuid4().hex[:6]}"
     token = _artist(farm, name)
     settings = farm.settings()
@@ -198,6 +219,9 @@ def test_the_addon_estimates_submits_and_follows_a_scene_as_an_artist(
     assert seen["submitted"]["id"] == job_id and seen["submitted"]["frames_total"] == 4
     assert seen["submitted"]["assets"]["files"] == 1, seen["submitted"]
     assert seen["timer"] is True
+    # Blender's UI went on while `farm submit` ran, and no second submit could start meanwhile.
+    assert seen["in_flight"] is True
+    assert "poll() failed" in seen["second_submit"], seen["second_submit"]
     summary = seen["summary"]
     assert summary["state"] == "done", (seen["message"], summary.get("error"), farm.logs())
     assert seen["progress"] == [4, 4] and seen["polls"] > 1

@@ -3,9 +3,11 @@
 A client of the farm's API, as the `farm` CLI is, and through it: Estimate and Submit save the file
 and run `farm submit FILE [--estimate] --json` with the preferences' API URL, token and CA file in
 its environment, so the scene is traced and uploaded as the CLI traces and uploads it, by the same
-code (client.py). The panel (Render Properties) follows the job with GET /api/v1/jobs/{id}, each
-request on a thread whose answer a bpy.app.timers callback collects, so Blender's UI never waits
-on the network.
+code (client.py). `farm submit` runs on a thread (tracing and uploading a scene's files can take
+minutes), and the panel (Render Properties) follows the job with GET /api/v1/jobs/{id}, each
+request on a thread too: one bpy.app.timers callback collects their answers, so Blender's UI never
+waits on the farm. Saving the file, which must happen in Blender's own thread, is all an operator
+does before it returns.
 
 Runs inside Blender and imports nothing of the farm (Blender's Python has none); `farm addon --path`
 builds the zip it is installed from, with built.json naming the `farm` that built it. Blender's
@@ -52,10 +54,17 @@ class Followed:
         self.summary: dict[str, Any] = {}
         self.message = ""
         self.request: Future[dict[str, Any]] | None = None
+        """The follow request in flight."""
+        self.asking: Future[dict[str, Any]] | None = None
+        """The `farm submit` in flight (Estimate's or Submit's), which the panel says it waits
+        on; no other starts meanwhile."""
+        self.asking_for = ""
+        """What `asking` is: "estimate" or "submit"."""
 
 
 FOLLOWED = Followed()
 _POOL: ThreadPoolExecutor | None = None
+_SUBMITS: ThreadPoolExecutor | None = None
 
 
 def preferences(context: Any) -> Any:
@@ -74,11 +83,46 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def _submits() -> ThreadPoolExecutor:
+    """Where `farm submit` runs: its own thread, so a long upload does not hold up the requests
+    that follow the job submitted before."""
+    global _SUBMITS
+    if _SUBMITS is None:
+        _SUBMITS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm_blender-submit")
+    return _SUBMITS
+
+
+def _collect_asking() -> None:
+    """The answer of the `farm submit` that ended: the estimate shown, or the job followed; a
+    refusal shown in the panel (the operator returned long before)."""
+    asking, what = FOLLOWED.asking, FOLLOWED.asking_for
+    FOLLOWED.asking, FOLLOWED.asking_for = None, ""
+    assert asking is not None
+    try:
+        answer = asking.result()
+    except FarmFailed as exc:
+        FOLLOWED.message = str(exc)
+        _redraw()
+        return
+    FOLLOWED.message = ""
+    if what == "estimate":
+        FOLLOWED.estimate = answer
+    else:
+        FOLLOWED.submitted = answer
+        FOLLOWED.job_id, FOLLOWED.summary = str(answer["id"]), {**answer, "frames_rendered": 0}
+    _redraw()
+
+
 def poll() -> float | None:
-    """The bpy.app.timers callback that follows FOLLOWED.job_id: collects the answer of the
-    request in flight, starts the next one, and ends (None) once the job has ended or the API
-    refuses in a way asking again will not change. A headless caller calls it in a loop, sleeping
-    the seconds it returns."""
+    """The bpy.app.timers callback: collects the `farm submit` in flight once it ends, and
+    follows FOLLOWED.job_id: collects the answer of the request in flight, starts the next one,
+    and ends (None) once nothing is asked and the job has ended, or the API refuses in a way
+    asking again will not change. A headless caller calls it in a loop, sleeping the seconds it
+    returns."""
+    if FOLLOWED.asking is not None:
+        if not FOLLOWED.asking.done():
+            return CHECK_S
+        _collect_asking()
     request = FOLLOWED.request
     if request is not None:
         if not request.done():
@@ -112,9 +156,8 @@ def poll() -> float | None:
     return CHECK_S
 
 
-def follow(job_id: str, summary: dict[str, Any]) -> None:
-    """Show `job_id` in the panel and follow it until it ends."""
-    FOLLOWED.job_id, FOLLOWED.summary, FOLLOWED.message = job_id, summary, ""
+def _timer() -> None:
+    """Start the timer that collects and follows, unless it runs."""
     if not bpy.app.timers.is_registered(poll):
         # persistent: opening another file does not stop following the job
         bpy.app.timers.register(poll, first_interval=CHECK_S, persistent=True)
@@ -177,18 +220,29 @@ def saved_blend() -> str:
     return str(bpy.data.filepath)
 
 
-def submit_saved(context: Any, *flags: str) -> dict[str, Any]:
-    """Save the open scene and run `farm submit` on it with `flags`, as the preferences' user."""
-    prefs = preferences(context)
-    asking = access(prefs)
-    return run_submit(find_farm(str(prefs.farm_command)), asking, saved_blend(), *flags)
+def ask_farm(operator: Any, context: Any, what: str, *flags: str) -> set[str]:
+    """Save the open scene and start `farm submit` on it with `flags`, as the preferences' user,
+    on its own thread; the timer collects its answer (`what`: "estimate" or "submit"). What is
+    wrong before it starts (an unsaved file, no token) is refused at once."""
+    try:
+        prefs = preferences(context)
+        asking = access(prefs)
+        farm = find_farm(str(prefs.farm_command))
+        blend = saved_blend()
+    except FarmFailed as exc:
+        FOLLOWED.message = str(exc)
+        operator.report({"ERROR"}, str(exc))
+        return {"CANCELLED"}
+    FOLLOWED.asking = _submits().submit(run_submit, farm, asking, blend, *flags)
+    FOLLOWED.asking_for, FOLLOWED.message = what, ""
+    _timer()
+    _redraw()
+    operator.report({"INFO"}, f"{ASKING[what]} {bpy.path.basename(blend)}")
+    return {"FINISHED"}
 
 
-def refused(operator: Any, exc: FarmFailed) -> set[str]:
-    """The farm refused or could not be asked: the panel and Blender's status bar say why."""
-    FOLLOWED.message = str(exc)
-    operator.report({"ERROR"}, str(exc))
-    return {"CANCELLED"}
+ASKING = {"estimate": "Estimating", "submit": "Submitting"}
+"""What the panel says while a `farm submit` of each kind runs."""
 
 
 class FARM_OT_estimate(bpy.types.Operator):  # type: ignore[misc]
@@ -198,14 +252,12 @@ class FARM_OT_estimate(bpy.types.Operator):  # type: ignore[misc]
     bl_idname = "farm.estimate"
     bl_label = "Estimate"
 
+    @classmethod
+    def poll(cls, context: Any) -> bool:
+        return FOLLOWED.asking is None  # one `farm submit` at a time
+
     def execute(self, context: Any) -> set[str]:
-        try:
-            FOLLOWED.estimate = submit_saved(context, "--estimate")
-        except FarmFailed as exc:
-            return refused(self, exc)
-        FOLLOWED.message = ""
-        self.report({"INFO"}, "; ".join(estimate_lines(FOLLOWED.estimate)))
-        return {"FINISHED"}
+        return ask_farm(self, context, "estimate", "--estimate")
 
 
 class FARM_OT_submit(bpy.types.Operator):  # type: ignore[misc]
@@ -215,19 +267,12 @@ class FARM_OT_submit(bpy.types.Operator):  # type: ignore[misc]
     bl_idname = "farm.submit"
     bl_label = "Submit to Farm"
 
+    @classmethod
+    def poll(cls, context: Any) -> bool:
+        return FOLLOWED.asking is None  # one `farm submit` at a time
+
     def execute(self, context: Any) -> set[str]:
-        try:
-            job = submit_saved(context)
-        except FarmFailed as exc:
-            return refused(self, exc)
-        FOLLOWED.submitted = job
-        follow(str(job["id"]), {**job, "frames_rendered": 0})
-        self.report(
-            {"INFO"},
-            f"farm job {job['id']}: {job.get('frames_total', '?')} frames in "
-            f"{job.get('chunks_total', '?')} chunks",
-        )
-        return {"FINISHED"}
+        return ask_farm(self, context, "submit")
 
 
 class FARM_PT_render(bpy.types.Panel):  # type: ignore[misc]
@@ -246,6 +291,9 @@ class FARM_PT_render(bpy.types.Panel):  # type: ignore[misc]
         row = layout.row(align=True)
         row.operator(FARM_OT_estimate.bl_idname, icon="INFO")
         row.operator(FARM_OT_submit.bl_idname, icon="RENDER_ANIMATION")
+        if FOLLOWED.asking is not None:  # the buttons are greyed out meanwhile (their poll)
+            layout.label(text=f"{ASKING[FOLLOWED.asking_for]}: tracing and uploading the scene",
+                         icon="SORTTIME")  # fmt: skip
         if FOLLOWED.estimate:
             column = layout.column(align=True)
             for line in estimate_lines(FOLLOWED.estimate):
@@ -316,12 +364,13 @@ def register() -> None:
 
 
 def unregister() -> None:
-    global _POOL
+    global _POOL, _SUBMITS
     if bpy.app.timers.is_registered(poll):
         bpy.app.timers.unregister(poll)
-    if _POOL is not None:
-        _POOL.shutdown(wait=False, cancel_futures=True)
-        _POOL = None
-    FOLLOWED.request = None
+    for pool in (_POOL, _SUBMITS):
+        if pool is not None:  # a `farm submit` under way goes on to its end, unheard
+            pool.shutdown(wait=False, cancel_futures=True)
+    _POOL = _SUBMITS = None
+    FOLLOWED.request = FOLLOWED.asking = None
     for cls in reversed(CLASSES):
         bpy.utils.unregister_class(cls)
