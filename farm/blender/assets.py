@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import posixpath
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,7 +57,9 @@ class Manifest:
     missing: tuple[str, ...] = ()
     """Files the scene uses that were not on the submitting machine (`--allow-missing`)."""
     unremapped: tuple[str, ...] = ()
-    """Absolute paths stored inside linked libraries: Blender cannot rewrite linked data."""
+    """Paths stored inside linked libraries that Blender on the farm will not find, `path (in
+    library.blend)`: absolute ones, and relative ones from a library on one side of the scene's
+    folder to a file on the other (unremapped_warning). Blender cannot rewrite linked data."""
 
     @property
     def size_bytes(self) -> int:
@@ -192,11 +195,11 @@ def _walk(scene: Path, sources: Sources) -> Found:
         stored = _stored(usage)
         in_scene = bpathlib.make_absolute(Path(usage.block.bfile.filepath)) == scene
         target = tree_path(Path(usage.abspath), scene_dir)
-        if not stored.startswith("//") or target.startswith(OUTSIDE + "/"):
-            if in_scene:
+        if in_scene:
+            if not stored.startswith("//") or target.startswith(OUTSIDE + "/"):
                 remap[stored] = "//" + target
-            else:
-                unremapped[f"{stored} (in {usage.block.bfile.filepath.name})"] = None
+        elif not _found_on_farm(stored, Path(usage.block.bfile.filepath), scene_dir, target):
+            unremapped[f"{stored} (in {usage.block.bfile.filepath.name})"] = None
         files = usage_files(usage)
         kind = usage.block.dna_type_name.lower()
         name = usage.block_name.decode("utf-8", "replace")[2:] or "?"
@@ -220,6 +223,37 @@ def _walk(scene: Path, sources: Sources) -> Found:
         raise SpecError(_refusal(refused.values(), outside))
     return Found(
         local=local, remap=remap, missing=tuple(missing.values()), unremapped=tuple(unremapped)
+    )
+
+
+def _found_on_farm(stored: str, library: Path, scene_dir: Path, target: str) -> bool:
+    """Whether Blender on the farm finds a file by the path a linked library stores for it: the
+    farm rewrites only the scene's own paths (remap_paths), so a relative one must lead from
+    where the library lies in the job's tree to where the file lies there (both inside the
+    scene's folder, or both outside it, under _abs/, keep their places to each other); an
+    absolute one leads off the job's files, which are all the farm has."""
+    if not stored.startswith("//"):
+        return False
+    here = posixpath.dirname(tree_path(library, scene_dir))
+    return posixpath.normpath(posixpath.join(here, stored[2:].replace("\\", "/"))) == target
+
+
+def unremapped_warning(entry: str) -> str:
+    """What `farm submit` says of a path in a linked library the farm will not find (an entry of
+    Manifest.unremapped: `the path (in library.blend)`): what it is, what the render does, and
+    what to change."""
+    if entry.startswith("//"):
+        return (
+            f"relative path inside a linked library that the farm cannot follow: {entry}: the "
+            "library and the file lie on different sides of the scene's folder (the farm keeps "
+            "files from outside it apart, and cannot rewrite a linked library's paths), so "
+            "Blender on the farm would not find the file; keep the library and the files it uses "
+            "together, both inside the scene's folder or both outside it"
+        )
+    return (
+        f"absolute path inside a linked library: {entry}: the farm cannot rewrite a linked "
+        "library's paths and holds only the job's files, so Blender on the farm would not find "
+        "the file; open the library, use File > External Data > Make Paths Relative and save it"
     )
 
 
@@ -297,16 +331,27 @@ def _sha256(path: Path) -> str:
 
 
 def require_complete(manifest: Manifest, *, allow_missing: bool) -> None:
-    """Refuse a scene with missing files, naming every one, unless the user chose to go on."""
-    if not manifest.missing or allow_missing:
+    """Refuse a scene whose render would lack files, naming every one, unless the user chose to
+    go on without them: files missing on this machine, and files a linked library names by a
+    path Blender on the farm cannot follow (unremapped_warning; their chunks would fail)."""
+    if allow_missing or not (manifest.missing or manifest.unremapped):
         return
-    count = len(manifest.missing)
-    names = "\n  ".join(manifest.missing)
+    said = []
+    if count := len(manifest.missing):
+        names = "\n  ".join(manifest.missing)
+        said.append(
+            f"{count} file{'s' if count > 1 else ''} the scene uses "
+            f"{'are' if count > 1 else 'is'} missing on this machine:\n  {names}\n"
+            "fix the paths in the scene (File > External Data > Find Missing Files)"
+        )
+    if count := len(manifest.unremapped):
+        names = "\n  ".join(unremapped_warning(entry) for entry in manifest.unremapped)
+        said.append(
+            f"{count} file{'s' if count > 1 else ''} linked libraries use "
+            f"{'are' if count > 1 else 'is'} named by a path the farm cannot follow:\n  {names}"
+        )
     raise SpecError(
-        f"{count} file{'s' if count > 1 else ''} the scene uses "
-        f"{'are' if count > 1 else 'is'} missing on this machine:\n  {names}\n"
-        "fix the paths in the scene (File > External Data > Find Missing Files), "
-        "or pass --allow-missing to render without them"
+        ";\n".join(said) + ",\nand submit again, or pass --allow-missing to render without them"
     )
 
 

@@ -44,6 +44,8 @@ _PLANES = {8: "BW", 24: "RGB", 32: "RGBA"}
 _IDP_INT, _IDP_GROUP, _IDP_BOOLEAN = 1, 6, 10
 _VIEW_LAYER_RENDER = 1
 _OB_CAMERA = 11
+_R_EXTENSION = 1 << 4
+"""RenderData.scemode: File Extensions (use_file_extension) on."""
 _ZSTD, _ZSTD_SEEKABLE = b"\x28\xb5\x2f\xfd", b"\xb1\xea\x92\x8f"
 _MIB = 1024 * 1024
 _RATIO_FLOOR_BYTES = 64 * _MIB
@@ -294,6 +296,8 @@ def _info(bfile: bat.BlendFile) -> SceneInfo:
         file_format=_IMTYPES.get(imtype, f"imtype {imtype}"),
         color_depth=_DEPTHS.get(depth, str(depth)),
         color_mode=_PLANES.get(planes, str(planes)),
+        output_path=scene.get((*r, b"pic"), null_terminated=True).decode("utf-8", "replace"),
+        file_extension=bool(int(scene[(*r, b"scemode")]) & _R_EXTENSION),
         cameras=tuple(
             sorted(
                 (block.id_name or b"OB?")[2:].decode("utf-8", "replace")

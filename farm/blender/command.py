@@ -107,12 +107,14 @@ def settings_from_spec(
 
 
 _MISSING = re.compile(r"(?s)(?P<stored>.*) \([a-z_]+ ['\"].*; looked for .*\)\Z")
+_UNFOLLOWED = re.compile(r"(?s)(?P<stored>.*) \(in [^/]*\)\Z")
+"""A path a linked library stores that the farm cannot follow: "STORED_PATH (in lib.blend)"."""
 
 
 def stored_path(missing: str) -> str:
     """The path as the scene stores it, of a file farm.blender.assets recorded missing as
     "STORED_PATH (kind 'name'; looked for …)": `//tex/wood (1).png` whole, not `//tex/wood`."""
-    found = _MISSING.match(missing)
+    found = _MISSING.match(missing) or _UNFOLLOWED.match(missing)
     return found["stored"] if found else missing
 
 

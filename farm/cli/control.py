@@ -22,6 +22,10 @@ def pause(ctx: click.Context, job_id: str) -> None:
     from farm.control.jobs import pause as pause_job
 
     was = pause_job(command_settings(ctx).require_farm(), job_id)
+    if was == "waiting":
+        click.echo(f"paused {job_id} (was waiting): held, it is not queued when its parents are "
+                   f"done; `farm resume {job_id}` puts it back to waiting")  # fmt: skip
+        return
     click.echo(f"paused {job_id} (was {was}); running chunks finish; `farm resume {job_id}`")
 
 
@@ -37,7 +41,11 @@ def resume(ctx: click.Context, job_id: str, max_cost: float | None) -> None:
         return
     from farm.control.jobs import resume as resume_job
 
-    sent, spend = resume_job(command_settings(ctx).require_farm(), job_id, max_cost)
+    settings = command_settings(ctx).require_farm()
+    sent, spend = resume_job(settings, job_id, max_cost)
+    if Ledger.from_url(settings.redis_url).job(job_id).get("state") == "waiting":
+        click.echo(f"resumed {job_id}: waiting for its parents again (`farm status {job_id}`)")
+        return
     click.echo(f"resumed {job_id}: {sent} chunks waiting")
     if spend.over_budget:
         click.echo(

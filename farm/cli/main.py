@@ -188,6 +188,7 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
     from farm.adapters.store import Store
     from farm.control.jobs import frame_files
     from farm.control.rebuild import stored_output
+    from farm.core.naming import OutputPattern, scene_named
 
     settings = command_settings(ctx).require_farm()
     ledger = Ledger.from_url(settings.redis_url)
@@ -219,7 +220,11 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
             found = frame_files(store, job_id, ledger.frame_records(job_id))
             if not found:  # a transcode, or a job that failed before its first frame
                 raise FarmError(f"job {job_id} has no frames in the store")
-            for key, path in found:
+            # Each frame as the scene's Output path names it (`render/shot010_0019.exr`).
+            named = scene_named(job_id, OutputPattern.of_spec(job.get("spec")), found)
+            if named.note:
+                click.echo(printable(named.note), err=True)
+            for key, path in named.files:
                 store.get_file(key, frames_dir.joinpath(*path.parts))
             click.echo(str(frames_dir))
     except OSError as exc:

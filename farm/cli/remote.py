@@ -274,6 +274,9 @@ def pause(api: FarmAPI, job_id: str) -> None:
 
 def resume(api: FarmAPI, job_id: str, max_cost: float | None) -> None:
     summary = api.resume(job_id, max_cost)
+    if summary.get("state") == "waiting":  # paused while it waited: it waits for its parents again
+        click.echo(f"resumed {job_id}: waiting for its parents again (`farm status {job_id}`)")
+        return
     click.echo(f"resumed {job_id}: {_waiting(summary)} chunks waiting")
     c = summary.get("cost") or {}
     budget = c.get("max_cost") or 0.0
@@ -320,8 +323,9 @@ def logs(api: FarmAPI, job_id: str, chunk: int | None) -> None:
 
 
 def fetch(api: FarmAPI, job_id: str, dest_text: str, with_frames: bool) -> None:
-    """`farm fetch` through the API: the same checks and places as direct mode, each file
-    streamed from a presigned URL to disk."""
+    """`farm fetch` through the API: the same checks and places as direct mode (the frames
+    named by the farm as the scene names them), each file streamed from a presigned URL to
+    disk."""
     state = api.job(job_id)["state"]
     partial = state in ("failed", "cancelled", "paused") and with_frames
     if state != "done" and not partial:
@@ -345,6 +349,8 @@ def fetch(api: FarmAPI, job_id: str, dest_text: str, with_frames: bool) -> None:
             frames_dir = (dest if folder else dest.parent) / f"{job_id}-frames"
             if not found.get("frames"):  # a transcode, or a job that failed before its first frame
                 raise FarmError(f"job {job_id} has no frames in the store")
+            if found.get("note"):  # why the frames keep the farm's names
+                click.echo(printable(str(found["note"])), err=True)
             for frame in found["frames"]:
                 where = frames_dir.joinpath(*_relative(str(frame["name"])).parts)
                 api.get_file(frame["url"], where, int(frame["size"]))

@@ -247,8 +247,9 @@ def worker(
 )
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, rebuild: bool, interval_s: float | None) -> None:
-    """Requeue chunks whose lease expired, open completion gates, abort the early uploads of
-    jobs that failed or were cancelled, and rebuild a ledger that lost jobs from the store."""
+    """Requeue chunks whose lease expired, open completion gates, release (or cancel) jobs that
+    wait for others, abort the early uploads of jobs that failed or were cancelled, and rebuild a
+    ledger that lost jobs from the store."""
     from farm.adapters.store import Store
     from farm.control.reconcile import Reconciler
     from farm.dispatch import Dispatcher, make_app

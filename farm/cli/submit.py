@@ -111,6 +111,12 @@ allow_path_option = click.option(
 @click.option("--project", default=None,
               help="The project the job runs for: its share of the workers and its quota "
                    "(`farm projects` lists them).")  # fmt: skip
+@click.option("--after", default=None, metavar="JOBS",
+              help="Wait for these jobs (ids, comma-separated) to be done first (the job is `waiting`, nothing of it "
+                   "runs or is charged); one that fails or is cancelled cancels this one.")  # fmt: skip
+@click.option("--after-any", default=None, metavar="JOBS",
+              help="Wait for these jobs to end, however they end (done, failed or cancelled), "
+                   "then run.")  # fmt: skip
 @click.pass_context
 def submit(
     ctx: click.Context,
@@ -138,6 +144,8 @@ def submit(
     max_cost: float | None,
     priority: int,
     project: str | None,
+    after: str | None,
+    after_any: str | None,
 ) -> None:
     """Submit a .blend scene to render, or a video master to transcode, into a video."""
     from farm.control.intake import submit as submit_job
@@ -145,6 +153,7 @@ def submit(
     from farm.media.probe import submit_box
     from farm.media.transcode_spec import transcode_spec_from_file, vfr_note
 
+    parents = _parents(after, after_any)
     loaded = command_settings(ctx)
     default_kind = JobKind.RENDER if path.suffix.lower() == ".blend" else JobKind.TRANSCODE
     job_kind = JobKind.parse(kind) if kind else default_kind
@@ -178,6 +187,8 @@ def submit(
             sources=sources,
         )  # fmt: skip
         spec = replace(spec, trusted_scripts=trusted_scripts)
+    if parents and not estimate:  # an estimate prices the job alone: it never waits
+        spec = replace(spec, after=parents, after_any=after_any is not None)
     if api := remote.client(loaded):  # the farm's API (farm login): files up by presigned PUT
         ctx.exit(remote.submit(api, spec, path, traced, priority=priority, max_cost=max_cost,
                                notify=notify, wait=wait, as_json=as_json, estimate=estimate,
@@ -200,7 +211,7 @@ def submit(
                 json.dumps(
                     {
                         "id": done.job_id,
-                        "state": "queued",
+                        "state": done.state,
                         "chunks_total": done.chunks,
                         "frames_total": done.frames,
                         "source_key": done.source_key,
@@ -220,6 +231,8 @@ def submit(
         return
     if not as_json:
         click.echo(f"job {done.job_id}: {done.frames} frames in {done.chunks} chunks", err=True)
+        if done.state == "waiting":
+            click.echo(f"waiting for {', '.join(spec.after)}", err=True)
     summary = wait_for_job(settings, done.job_id, quiet=as_json)
     if as_json:
         summary["settings"] = provenance(spec)
@@ -227,6 +240,21 @@ def submit(
     elif summary["state"] == "done":
         click.echo(f"done: {summary['output']}  (farm fetch {done.job_id} DEST)")
     ctx.exit(0 if summary["state"] == "done" else 1)
+
+
+def _parents(after: str | None, after_any: str | None) -> tuple[str, ...]:
+    """`--after` or `--after-any` as job ids (usage error for both, or for a malformed list)."""
+    if after is not None and after_any is not None:
+        raise click.UsageError("give --after or --after-any, not both")
+    text, flag = (after, "--after") if after is not None else (after_any, "--after-any")
+    if text is None:
+        return ()
+    from farm.core.depends import parse_parents
+
+    try:
+        return parse_parents(text, flag)
+    except SpecError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from exc
 
 
 def _webhook_url(ctx: click.Context, value: str | None) -> str | None:
@@ -260,7 +288,12 @@ def _render_spec(
     (from one parse, bounded: farm.blender.isolated); SpecError (exit 2) for a damaged or
     oversized file, missing files or files from places `sources` refuses, before anything is
     queued."""
-    from farm.blender.assets import Sources, read_and_trace, require_complete
+    from farm.blender.assets import (
+        Sources,
+        read_and_trace,
+        require_complete,
+        unremapped_warning,
+    )
     from farm.core.spec import scene_resolution
 
     check_scene_path(path)
@@ -273,10 +306,9 @@ def _render_spec(
     require_complete(traced.manifest, allow_missing=allow_missing)
     for missing in traced.manifest.missing:
         click.echo(printable(f"warning: missing, rendering without it: {missing}"), err=True)
-    for path_text in traced.manifest.unremapped:
-        click.echo(
-            printable(f"warning: absolute path inside a linked library: {path_text}"), err=True
-        )
+    for path_text in traced.manifest.unremapped:  # --allow-missing: rendered without them
+        said = f"warning: rendering without it: {unremapped_warning(path_text)}"
+        click.echo(printable(said), err=True)
     return spec, traced
 
 

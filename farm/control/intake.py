@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any
 from farm.adapters.settings import Settings
 from farm.adapters.store import Store
 from farm.blender import assets
+from farm.control.depends import check_parents
 from farm.control.projects import require_project
 from farm.core import cost, keys, limits, versions
 from farm.core.chunking import Measurement, Pool, initial_plan
 from farm.core.errors import FarmError, SpecError
 from farm.core.pipeline import first_phase
 from farm.core.spec import JobSpec
+from farm.core.state import JobState
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
 from farm.ledger import Ledger, speeds
 from farm.ledger.ports import SubmitLedger
@@ -38,6 +40,8 @@ def new_job_id() -> str:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Submitted:
     job_id: str
+    state: str = "queued"
+    """queued, or waiting for the jobs its spec names (`--after`)."""
     source_key: str
     """The scene (render jobs) or master (transcode jobs) in the store, by content hash."""
     source_uploaded: bool
@@ -80,6 +84,8 @@ def submit(
     ledger = _checked_ledger(settings, spec)
     store = Store.from_settings(settings)
     store.check()
+    if spec.after:  # an unknown parent is refused before a byte goes up (again in create_job)
+        check_parents(ledger, store, "", spec)
     source_key, digest, uploaded = store_source(store, source)
     sent = assets.Uploaded(files=0, size_bytes=0, reused=0)
     if traced is not None:
@@ -139,10 +145,15 @@ def create_job(
         require_project(ledger.projects(), project)
     store = Store.from_settings(settings)
     job_id = new_job_id()
+    if spec.after:  # every parent a job of this farm, and no chain back to this one
+        check_parents(ledger, store, job_id, spec)
     if manifest is not None:
         manifest_key = keys.assets_manifest_key(job_id)
         store.put_json(manifest_key, manifest.to_json())
-        spec = replace(spec, assets_key=manifest_key, missing_assets=manifest.missing)
+        # A file missing, or one a linked library names by a path the farm cannot follow, is one
+        # the render goes on without (--allow-missing): the worker's check lets them be.
+        missing = manifest.missing + manifest.unremapped
+        spec = replace(spec, assets_key=manifest_key, missing_assets=missing)
     pool = speeds.render_pool(settings, ledger)
     measured = ledger.measurement(source_key, resolution=str(spec.resolution), samples=spec.samples)
     chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
@@ -170,13 +181,18 @@ def create_job(
         with contextlib.suppress(FarmError):
             store.delete(keys.spec_key(job_id))
         raise
-    dispatch = Dispatcher(make_app(settings), priority_of=lambda _: priority)
-    first = first_phase(spec.kind).phase
-    for chunk in chunks:
-        dispatch.send(first, job_id, chunk.index)
-    log.info("job %s: %d chunks sent", job_id, len(chunks))
+    state = JobState.WAITING if spec.after else JobState.QUEUED
+    if spec.after:  # nothing is sent: the reconciler releases it (farm.control.depends)
+        log.info("job %s: waits for %s", job_id, ", ".join(spec.after))
+    else:
+        dispatch = Dispatcher(make_app(settings), priority_of=lambda _: priority)
+        first = first_phase(spec.kind).phase
+        for chunk in chunks:
+            dispatch.send(first, job_id, chunk.index)
+        log.info("job %s: %d chunks sent", job_id, len(chunks))
     return Submitted(
         job_id=job_id,
+        state=str(state),
         source_key=source_key,
         source_uploaded=False,
         chunks=len(chunks),

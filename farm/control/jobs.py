@@ -63,7 +63,10 @@ def reopen(
     remake_to = ChunkState.RENDERED if kind_of(job) is JobKind.RENDER else ChunkState.QUEUED
     remade = {i: why for i, why in gone.items() if ledger.remake_chunk(job_id, i, why, remake_to)}
     waiting = ledger.reopen_job(job_id, every_unfinished=every_unfinished)
-    _keep(settings, job_id, state=JobState.RUNNING)
+    state = ledger.job(job_id).get("state", "")
+    _keep(settings, job_id, state=state or JobState.RUNNING)
+    if state == JobState.WAITING:  # it waits for its parents again: they release it
+        return Reopened(waiting=sorted({*waiting, *remade}), remade=remade)
     dispatch = Dispatcher(make_app(settings))
     kind = kind_of(job)
     for chunk in ledger.chunks(job_id):
@@ -256,12 +259,16 @@ def resend_waiting(settings: Settings, ledger: JobControlLedger, job_id: str) ->
 
 
 def pause(settings: Settings, job_id: str, reason: str = "paused by a user") -> str:
-    """No new chunk starts; running ones finish. Returns the state the job was in."""
+    """No new chunk starts; running ones finish. A job waiting for its parents is held: it is
+    not queued when they are done, until `farm resume` puts it back to waiting (a parent that
+    fails still cancels it). Returns the state the job was in."""
     ledger: JobControlLedger = Ledger.from_url(settings.redis_url)
     ledger.job_or_fail(job_id)
     move = ledger.pause_job(job_id, reason)
     if not move.moved and move.status != "same":
-        raise FarmError(f"job {job_id} is {move.previous}; only queued or running jobs pause")
+        raise FarmError(
+            f"job {job_id} is {move.previous}; only waiting, queued or running jobs pause"
+        )
     _keep(settings, job_id, state=JobState.PAUSED,
                    paused_reason=reason)  # fmt: skip
     return move.previous
@@ -270,16 +277,22 @@ def pause(settings: Settings, job_id: str, reason: str = "paused by a user") -> 
 def resume(
     settings: Settings, job_id: str, max_cost: float | None = None
 ) -> tuple[int, cost.Spend]:
-    """Back to running (with a new budget if given) and every waiting chunk sent again.
-    Returns the chunks sent and the job's spend (over_budget: it will pause again at once)."""
+    """Back to running (with a new budget if given) and every waiting chunk sent again; a job
+    paused while it waited for its parents goes back to waiting, nothing sent (the reconciler
+    queues it once they are done). Returns the chunks sent and the job's spend (over_budget: it
+    will pause again at once)."""
     ledger: JobControlLedger = Ledger.from_url(settings.redis_url)
-    ledger.job_or_fail(job_id)
+    job = ledger.job_or_fail(job_id)
     move = ledger.resume_job(job_id, max_cost)
     if not move.moved:
-        raise FarmError(f"job {job_id} is {move.previous}; only paused jobs resume")
+        hint = ""
+        if move.previous == JobState.WAITING:
+            hint = f": it runs once {job.get('after', '').replace(',', ', ')} end"
+        raise FarmError(f"job {job_id} is {move.previous}; only paused jobs resume{hint}")
     budget = {} if max_cost is None else {"max_cost": max_cost}
-    _keep(settings, job_id, state=JobState.RUNNING,
-                   paused_reason="", **budget)  # fmt: skip
+    _keep(settings, job_id, state=move.target, paused_reason="", **budget)
+    if move.target == JobState.WAITING:
+        return 0, ledger.spend(job_id)
     return resend_waiting(settings, ledger, job_id), ledger.spend(job_id)
 
 
@@ -293,5 +306,5 @@ def reprioritize(settings: Settings, job_id: str, priority: int) -> int:
     ledger.set_priority(job_id, priority)
     _keep(settings, job_id, priority=priority)
     if job.get("state") not in ("queued", "running"):
-        return 0  # paused: its chunks are sent at the new priority when it resumes
+        return 0  # paused or waiting: its chunks are sent at the new priority when it runs
     return resend_waiting(settings, ledger, job_id)

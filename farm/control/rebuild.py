@@ -1,9 +1,9 @@
 """The ledger rebuilt from the store: the store is the record.
 
 What the store holds of a job is enough to put an unfinished one back in the ledger:
-- its spec (`jobs/J/spec.json`, written at submit, with its priority, budget, plan, owner and
-  project) and what was decided since (`jobs/J/control.json`: priority, budget, a fixed scene,
-  a pause, its end);
+- its spec (`jobs/J/spec.json`, written at submit, with its priority, budget, plan, owner,
+  project and the jobs it waits for) and what was decided since (`jobs/J/control.json`:
+  priority, budget, a fixed scene, a pause, its release from waiting, its end);
 - each done chunk's manifest (claim-keyed, keys.manifest_key), whose segment is checked to be
   there, at the size it names;
 - each stored frame (keys.frame_key), whose size, sha256 (its metadata, keys.FRAME_SHA256) and
@@ -289,7 +289,7 @@ class JobReader:
         fields = {
             "id": job_id,
             "kind": str(spec.kind),
-            "state": str(self._state(state, done, records)),
+            "state": str(self._state(state, done, records, spec, control)),
             "spec": json.dumps(spec.to_json()),
             "source_key": str(control.get("source_key") or doc["source_key"]),
             "frames_total": spec.frames.count,
@@ -299,6 +299,9 @@ class JobReader:
             "rebuilt": time.time(),
             **{k: str(v) for k, v in control.items() if k in _CONTROL_FIELDS and v is not None},
         }
+        if spec.after:  # the jobs it waits for, as the ledger's submit wrote them
+            fields |= {"after": ",".join(spec.after),
+                       "after_mode": "any" if spec.after_any else "done"}  # fmt: skip
         found = Found(
             job_id, "rebuilt", chunks=len(chunks), chunks_done=len(done),
             frames_kept=len(set(waiting) & set(records)),
@@ -314,14 +317,23 @@ class JobReader:
         }
 
     @staticmethod
-    def _state(state: str, done: dict[int, _Manifest], records: dict[int, FrameRecord]) -> str:
+    def _state(
+        state: str,
+        done: dict[int, _Manifest],
+        records: dict[int, FrameRecord],
+        spec: JobSpec,
+        control: dict[str, Any],
+    ) -> str:
         if state == JobState.PAUSED:
             return JobState.PAUSED
+        if spec.after and not control.get("released"):  # its parents decide (control.depends)
+            return JobState.WAITING
         return JobState.RUNNING if done or records else JobState.QUEUED
 
 
 _CONTROL_FIELDS = ("priority", "max_cost", "chunk_size", "chunk_plan", "est_cost_per_frame",
-                   "notify_url", "paused_reason", "paused", "owner", "project")  # fmt: skip
+                   "notify_url", "paused_reason", "paused", "owner", "project",
+                   "released")  # fmt: skip
 
 
 # ── the whole ledger ─────────────────────────────────────────────────────────────────────────
@@ -354,7 +366,7 @@ def restore(ledger: RebuildLedger, store: Store, dispatch: Dispatcher | None, jo
         return Found(job_id, "kept")
     log.warning("job %s rebuilt from the store: %d of %d chunks done, %d stored frames kept",
                 job_id, found.chunks_done, found.chunks, found.frames_kept)  # fmt: skip
-    if dispatch is not None and plan["job"]["state"] != JobState.PAUSED:
+    if dispatch is not None and plan["job"]["state"] not in (JobState.PAUSED, JobState.WAITING):
         _send(ledger, dispatch, job_id, plan["chunks"])
     return found
 

@@ -1,6 +1,7 @@
 """The reconciler: takes back chunks whose lease expired, is the completion gate's backstop,
 aborts the early uploads of jobs that failed or were cancelled once they have been kept long
-enough, and pauses the jobs of a project that used its quota up.
+enough, pauses the jobs of a project that used its quota up, and releases (or cancels) the jobs
+that wait for others.
 
 Safe to run as several copies or to restart at any time: every move it makes is a ledger
 transition that only one caller can win.
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from farm.control.depends import settle
 from farm.control.projects import Projects
 from farm.control.rebuild import (
     MarkWatch,
@@ -68,6 +70,10 @@ class Pass:
     """Jobs that failed or were cancelled, their end kept in the store."""
     paused: dict[str, str] = field(default_factory=dict)
     """Jobs paused because their project used its quota up, with why."""
+    released: list[str] = field(default_factory=list)
+    """Waiting jobs whose parents are done (or ended, `--after-any`), queued and sent."""
+    chain_cancelled: dict[str, str] = field(default_factory=dict)
+    """Waiting jobs cancelled because a parent failed or was cancelled, with why."""
 
 
 class Reconciler:
@@ -285,10 +291,19 @@ class Reconciler:
             except FarmError as exc:
                 log.warning("job %s: its pause is not kept in the store (%s)", job_id, exc)
 
+    def settle_waiting(self, result: Pass) -> None:
+        """Jobs waiting for others (farm.control.depends): released once their parents are done,
+        cancelled, naming the parent, when one failed. Every waiting job is looked at each pass,
+        so a reconciler that was down when a parent ended catches up on its first pass."""
+        settled = settle(self.ledger, self.store, self.dispatch)
+        result.released += settled.released
+        result.chain_cancelled |= settled.cancelled
+
     def run_once(self) -> Pass:
         """One pass; a step that fails is logged and the others still run."""
         result = Pass()
-        steps = [self.check_ledger, self.record_ended, self.expire_leases, self.open_gates]
+        steps = [self.check_ledger, self.record_ended, self.expire_leases, self.open_gates,
+                 self.settle_waiting]  # fmt: skip
         if time.monotonic() >= self._next_orphan_sweep:
             self._next_orphan_sweep = time.monotonic() + self.orphan_after_s / 4
             steps.append(self.resend_orphans)
@@ -316,7 +331,8 @@ class Reconciler:
             try:
                 result = self.run_once()
                 if any((result.requeued, result.failed, result.stitched, result.resent,
-                        result.aborted, result.rebuilt, result.paused)):  # fmt: skip
+                        result.aborted, result.rebuilt, result.paused, result.released,
+                        result.chain_cancelled)):  # fmt: skip
                     log.info("reconcile: %s", result)
             except Exception:  # never let one bad pass end the reconciler
                 log.exception("reconcile pass failed, will retry")

@@ -1,10 +1,12 @@
 """A job as `farm status --json` and the API show it: farm.core.report's summary with its
-priority, pause reason, cost and settings, owner and project among them."""
+priority, pause reason, cost and settings, owner and project, and its chain (the jobs it waits
+for and those that wait for it) among them."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from farm.control.depends import chain
 from farm.core.cost import Spend
 from farm.core.errors import SpecError
 from farm.core.report import job_summary
@@ -17,6 +19,8 @@ class StatusLedger(Protocol):
     def job(self, job_id: str) -> dict[str, str]: ...
     def chunks(self, job_id: str) -> list[dict[str, str]]: ...
     def spend(self, job_id: str, job: dict[str, str] | None = None) -> Spend: ...
+    def job_fields(self, job_ids: list[str], *names: str) -> list[tuple[str, ...]]: ...
+    def children(self, job_id: str) -> list[str]: ...
 
 
 def job_status(
@@ -39,6 +43,7 @@ def job_status(
         summary.pop("chunks")
         return summary
     summary["settings"] = _settings(summary["spec"])
+    summary |= chain(ledger, None, job)  # the jobs it waits for, and those that wait for it
     return summary
 
 

@@ -189,6 +189,12 @@ def r_live_jobs() -> str:
     return f"{REDIS_PREFIX}:jobs:live"
 
 
+def r_children(job_id: str) -> str:
+    """The jobs that wait for this one (`farm submit --after`), by submit time: what its status
+    shows (farm.control.depends); each child's own record names its parents."""
+    return f"{REDIS_PREFIX}:children:{job_id}"
+
+
 def r_live_jobs_seeded() -> str:
     """Set once the live set holds every job recorded before it existed."""
     return f"{REDIS_PREFIX}:jobs:live:seeded"

@@ -198,16 +198,22 @@ CHUNK_TRANSITIONS: dict[ChunkState, frozenset[ChunkState]] = _chunk_transitions(
 move a chunk backwards."""
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    # A waiting job is released (queued), cancelled with its chain, or held (paused).
+    JobState.WAITING: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.PAUSED}),
     JobState.QUEUED: frozenset(
         {JobState.RUNNING, JobState.FAILED, JobState.CANCELLED, JobState.PAUSED}
     ),
     JobState.RUNNING: frozenset(
         {JobState.STITCHING, JobState.FAILED, JobState.CANCELLED, JobState.PAUSED}
     ),
-    JobState.PAUSED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    # A paused job that was never released goes back to waiting (farm.control.jobs.resume).
+    JobState.PAUSED: frozenset(
+        {JobState.RUNNING, JobState.WAITING, JobState.FAILED, JobState.CANCELLED}
+    ),
     JobState.STITCHING: frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED}),
     JobState.FAILED: frozenset({JobState.RUNNING}),
-    JobState.CANCELLED: frozenset({JobState.RUNNING}),
+    # `farm retry` of a job cancelled while it waited puts it back to waiting for its parents.
+    JobState.CANCELLED: frozenset({JobState.RUNNING, JobState.WAITING}),
     JobState.DONE: frozenset(),
 }
 

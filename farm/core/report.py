@@ -80,6 +80,7 @@ def job_summary(
     chunk_list = [chunk_summary(c) for c in chunks]
     running = any(c["state"] in running_states() for c in chunk_list)
     paused = paused_s(job, finished or now, running=running)
+    waited = waited_s(job, finished or now)
     spec = json.loads(job.get("spec", "{}"))
     return {
         "id": job.get("id", ""),
@@ -99,7 +100,8 @@ def job_summary(
         "created": created,
         "elapsed_s": elapsed,
         "paused_s": paused,
-        "active_s": None if elapsed is None else round(max(elapsed - paused, 0.0), 2),
+        "waited_s": waited,
+        "active_s": None if elapsed is None else round(max(elapsed - paused - waited, 0.0), 2),
         "first_frame_s": _since(created, job.get("first_frame_at")),
         "first_thumbnail_s": _since(created, job.get("first_thumbnail_at")),
         "chunks": chunk_list,
@@ -118,6 +120,17 @@ def paused_s(job: dict[str, str], now: float, *, running: bool = False) -> float
     if job.get("state") == "paused" and since and not running:
         total += max(now - max(since, _f(job.get("held_end")) or 0.0), 0.0)
     return round(total, 2)
+
+
+def waited_s(job: dict[str, str], now: float) -> float:
+    """Seconds the job waited for its parents (`farm submit --after`) before it was released:
+    not time it ran, so its pace and ETA leave it out as they leave out a pause."""
+    created, released = _f(job.get("created")), _f(job.get("released"))
+    if not created:
+        return 0.0
+    if released:
+        return round(max(released - created, 0.0), 2)
+    return round(max(now - created, 0.0), 2) if job.get("state") == "waiting" else 0.0
 
 
 def _since(created: float | None, at: str | None) -> float | None:
@@ -221,6 +234,7 @@ def status_table(summary: dict[str, Any]) -> Group:
         lines.append(f"chunk size {summary['chunk_size']}: {summary['chunk_plan']}")
     if summary.get("cost"):
         lines.append(cost_line(summary))
+    lines += chain_lines(summary)
     if summary.get("paused_reason"):
         lines.append(f"paused  {summary['paused_reason']}")
     if summary["error"]:
@@ -237,6 +251,25 @@ def status_table(summary: dict[str, Any]) -> Group:
                       c["worker"], error)  # fmt: skip
     lines.append(table)
     return Group(*lines)
+
+
+def chain_lines(summary: dict[str, Any]) -> list[str]:
+    """`farm status`: the jobs this one waits (or waited) for, with their states, and those
+    that wait for it (farm.control.depends.chain)."""
+    lines = []
+    if parents := summary.get("after"):
+        listed = ", ".join(f"{p['id']} ({p['state']})" for p in parents)
+        how = "to end" if summary.get("after_mode") == "any" else "to be done"
+        if summary["state"] == "waiting":
+            lines.append(f"waits   for {listed} {how}")
+        elif summary.get("released"):
+            lines.append(f"after   {listed}: released")
+        else:
+            lines.append(f"after   {listed}")
+    if children := summary.get("children"):
+        listed = ", ".join(f"{c['id']} ({c['state']})" for c in children)
+        lines.append(f"then    {listed} wait{'s' if len(children) == 1 else ''} for it")
+    return [printable(line) for line in lines]
 
 
 def jobs_table(rows: list[dict[str, Any]]) -> Table:

@@ -42,6 +42,12 @@ class SceneInfo:
     color_mode: str
     cameras: tuple[str, ...] = ()
     """Camera objects stored in the file itself (linked ones are not listed)."""
+    output_path: str | None = None
+    """The scene's Output path as saved (`//render/shot010_####`), which names the frames
+    `farm fetch --frames` writes (farm.core.naming); None for jobs submitted before it was
+    recorded."""
+    file_extension: bool = True
+    """The Output panel's File Extensions switch (use_file_extension)."""
 
     @property
     def rate(self) -> Fraction:

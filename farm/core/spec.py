@@ -146,6 +146,11 @@ class JobSpec:
     trusted_scripts: bool = False
     """`--trusted-scripts`: Python stored in the .blend runs (autoexec on). Off by default: a
     .blend is untrusted input."""
+    after: tuple[str, ...] = ()
+    """`--after` / `--after-any`: the jobs this one waits for (farm.core.depends); the job is
+    `waiting`, nothing of it sent, until they are done (or, with `after_any`, ended)."""
+    after_any: bool = False
+    """`--after-any`: run once every parent has ended, however it ended."""
 
     @property
     def rate(self) -> Fraction:
@@ -158,6 +163,7 @@ class JobSpec:
         data = asdict(self)
         data["overrides"] = list(self.overrides)
         data["missing_assets"] = list(self.missing_assets)
+        data["after"] = list(self.after)
         data["scene"] = self.scene.to_json() if self.scene else None
         data["kind"] = str(self.kind)
         data["codec"] = str(self.codec)
@@ -186,6 +192,8 @@ class JobSpec:
             assets_key=data.get("assets_key"),
             missing_assets=tuple(data.get("missing_assets", ())),
             trusted_scripts=bool(data.get("trusted_scripts", False)),
+            after=tuple(str(j) for j in data.get("after", ())),
+            after_any=bool(data.get("after_any", False)),
         )
 
 

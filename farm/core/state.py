@@ -7,6 +7,9 @@ from enum import StrEnum
 
 
 class JobState(StrEnum):
+    WAITING = "waiting"
+    """Recorded, nothing sent: it waits for its parent jobs (`farm submit --after`) and is
+    queued by the reconciler once they are done (farm.control.depends)."""
     QUEUED = "queued"
     """Recorded, chunks sent; no chunk has started yet."""
     RUNNING = "running"

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from farm.core import cost, keys
+from farm.core.depends import held
 from farm.core.pipeline import job_sources_of
 from farm.core.plan import Chunk
 from farm.core.spec import JobSpec
@@ -44,6 +45,9 @@ class JobRecords(Outbox):
         with a `project`, the job is counted among the project's jobs too."""
         chunk_list = list(chunks)
         now = time.time()
+        # A job with parents waits for them (farm.control.depends): the reconciler queues it.
+        state = JobState.WAITING if spec.after else JobState.QUEUED
+        after = {"after": ",".join(spec.after), "after_mode": "any" if spec.after_any else "done"}
         with wrapped("record the job"):
             pipe = self.r.pipeline(transaction=True)
             pipe.hset(
@@ -51,7 +55,8 @@ class JobRecords(Outbox):
                 mapping={
                     "id": job_id,
                     "kind": str(spec.kind),
-                    "state": str(JobState.QUEUED),
+                    "state": str(state),
+                    **(after if spec.after else {}),
                     "spec": json.dumps(spec.to_json()),
                     "source_key": source_key,
                     "chunks_total": len(chunk_list),
@@ -80,11 +85,27 @@ class JobRecords(Outbox):
                     },
                 )
             pipe.zadd(keys.r_jobs(), {job_id: now})
+            for parent in spec.after:  # what a parent's status lists as its children
+                pipe.zadd(keys.r_children(parent), {job_id: now})
             if project := (plan or {}).get("project"):  # what its quota is summed over
                 pipe.zadd(keys.r_project_jobs(project), {job_id: now})
             pipe.zadd(keys.r_live_jobs(), {job_id: now})  # after its record: read, it is whole
             pipe.execute()
         self.event(job_id, "submitted", chunks=len(chunk_list), frames=spec.frames.count)
+        if spec.after:
+            self.event(job_id, "job-waiting", after=",".join(spec.after), mode=after["after_mode"])
+
+    def release_job(self, job_id: str, reason: str) -> Move:
+        """A waiting job whose parents are done (farm.control.depends): queued, and marked
+        released (a pause from now on resumes it to running, not to waiting). The caller sends
+        its chunks."""
+        return self.move_job(job_id, JobState.QUEUED, released=time.time(), released_why=reason)
+
+    def children(self, job_id: str) -> list[str]:
+        """The jobs that wait (or waited) for this one, oldest first."""
+        with wrapped("read the job's children"):
+            found: list[str] = self.r.zrange(keys.r_children(job_id), 0, -1)
+        return found
 
     def move_job(self, job_id: str, target: JobState, **fields: Any) -> Move:
         sources = ",".join(job_sources_of(target))
@@ -216,10 +237,13 @@ class JobRecords(Outbox):
         return self.move_job(job_id, JobState.PAUSED, paused_reason=reason, paused=time.time())
 
     def resume_job(self, job_id: str, max_cost: float | None = None) -> Move:
+        """Back to running; a job paused while it waited for its parents (never released) goes
+        back to waiting instead (Move.target says which)."""
         fields: dict[str, Any] = {"paused_reason": "", "paused": ""}
         if max_cost is not None:
             fields["max_cost"] = max_cost
-        return self.move_job(job_id, JobState.RUNNING, **fields)
+        target = JobState.WAITING if held(self.job(job_id)) else JobState.RUNNING
+        return self.move_job(job_id, target, **fields)
 
     def priority(self, job_id: str) -> int:
         """The job's priority, 0..100, higher first (50 when unset or unknown)."""

@@ -16,6 +16,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from farm.core import keys
+from farm.core.depends import held
 from farm.core.errors import LedgerError
 from farm.core.pipeline import running_states, sources_of
 from farm.core.state import ChunkState, JobState
@@ -377,9 +378,10 @@ class Ledger(JobRecords, FleetRecords, SplitRecords, RestoreRecords):
             raw: dict[str, str] = self.r.hgetall(keys.r_blocklist(job_id))
         return {k: int(v) for k, v in raw.items()}
 
-    def cancel_job(self, job_id: str) -> list[int]:
-        """Cancel the job and every unfinished chunk; running workers see it at their next renewal."""
-        self.move_job(job_id, JobState.CANCELLED, finished=time.time(), error="cancelled by a user")
+    def cancel_job(self, job_id: str, reason: str = "cancelled by a user") -> list[int]:
+        """Cancel the job and every unfinished chunk; running workers see it at their next renewal.
+        `reason`: the job's error (a parent's end cancels its waiting children, farm.control.depends)."""
+        self.move_job(job_id, JobState.CANCELLED, finished=time.time(), error=reason)
         cancelled = []
         for chunk in self.chunks(job_id):
             index = int(chunk["index"])
@@ -423,8 +425,10 @@ class Ledger(JobRecords, FleetRecords, SplitRecords, RestoreRecords):
         # leave it out, as they do a pause's.
         stood = max(time.time() - float(job.get("finished") or time.time()), 0.0)
         paused = round(float(job.get("paused_s") or 0) + stood, 3)
+        # A job cancelled while it waited for its parents waits for them again (control.depends).
+        target = JobState.WAITING if held(job) else JobState.RUNNING
         move = self.move_job(
-            job_id, JobState.RUNNING, error="", finished="", paused_s=paused,
+            job_id, target, error="", finished="", paused_s=paused,
             stitch_transients=0, stitch_worker="",  # a stitch that gave up has its tries back
         )  # fmt: skip
         if not move.moved:

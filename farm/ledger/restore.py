@@ -104,6 +104,8 @@ class RestoreRecords(Outbox):
                 if spent:
                     pipe.hset(keys.r_cost(job_id), mapping=spent)
                 pipe.zadd(keys.r_jobs(), {job_id: submitted})
+                for parent in filter(None, job.get("after", "").split(",")):
+                    pipe.zadd(keys.r_children(parent), {job_id: submitted})  # its parents' lists
                 if project := job.get("project"):  # its spend counts against its quota again
                     pipe.zadd(keys.r_project_jobs(project), {job_id: submitted})
                 pipe.zadd(keys.r_live_jobs(), {job_id: submitted})

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlsplit
 from prometheus_client import CollectorRegistry
 
 from farm.adapters.store import Store
+from farm.control.depends import chain
 from farm.control.users import TokenRefused, User
 from farm.core import keys
 from farm.core.access import Action, allowed
@@ -275,7 +276,7 @@ class FarmWeb:
         owner = record.get("owner", "")
         files = actor is None or allowed(actor.role, Action.LOGS, owner=owner, user=actor.name)
         chunks = self.ledger.chunks(job)
-        summary = job_summary(record, chunks)
+        summary = job_summary(record, chunks) | chain(self.ledger, self.store, record)
         times = {
             int(c.get("index", 0)): (_t(c.get("started")), _t(c.get("finished"))) for c in chunks
         }

@@ -68,7 +68,8 @@ def test_a_denoised_exr_scene_keeps_exr_frames_and_makes_a_video(
     )
     local_farm.farm("fetch", job_id, str(tmp_path) + "/", "--frames", check=True)
     frames = sorted((tmp_path / f"{job_id}-frames").iterdir())
-    assert [f.name for f in frames] == ["frame_001001.exr", "frame_001003.exr"]
+    # named by the scene's Output path (Blender's default `/tmp/`): the frame number, 4 digits
+    assert [f.name for f in frames] == ["1001.exr", "1003.exr"]
     head = frames[0].read_bytes()[:4096]
     assert head[:4] == b"\x76\x2f\x31\x01"  # OpenEXR magic
     assert b"ViewLayer" in head or b"Beauty" in head  # multilayer: channels named by layer

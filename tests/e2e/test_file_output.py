@@ -101,7 +101,7 @@ def test_file_output_passes_come_back_with_the_frames(
     ), names
     for frame in range(1, 5):
         beauty = _rgb(passes / "Passes" / f"beauty_{frame:04d}.png")
-        shown = _rgb(fetched / f"frame_{frame:06d}.png")
+        shown = _rgb(fetched / f"{frame:04d}.png")  # named by the scene's Output path, `/tmp/`
         assert len(beauty) == len(shown) == WIDTH * HEIGHT * 3
         assert sum(abs(a - b) for a, b in zip(beauty, shown, strict=True)) / len(shown) < 2
         head = (passes / f"Layers{frame:04d}.exr").read_bytes()[:4096]

@@ -179,6 +179,12 @@ class FakeLedger:
     def spend(self, job_id: str, job: dict[str, str] | None = None) -> cost.Spend:
         return cost.spend_of(job or {}, cost.job_cost({}), 0)
 
+    def job_fields(self, job_ids: list[str], *names: str) -> list[tuple[str, ...]]:
+        return [tuple("" for _ in names) for _ in job_ids]
+
+    def children(self, job_id: str) -> list[str]:
+        return []
+
 
 def test_the_events_say_each_change_keep_alive_and_end_with_the_job() -> None:
     now = [0.0]

@@ -145,6 +145,19 @@ SCHEMAS: dict[str, Schema] = {
             "camera": {"type": ["string", "null"]},
             "overrides": {"type": "array", "items": {"type": "string"}},
             "trusted_scripts": {"type": "boolean"},
+            "after": {
+                "type": "array",
+                "maxItems": 100,
+                "items": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"},
+                "description": "The jobs this one waits for (`farm submit --after`): it is "
+                "`waiting`, nothing sent or charged, until they are done; any job the caller can "
+                "see (every role sees every job). Each must exist (400 otherwise).",
+            },
+            "after_any": {
+                "type": "boolean",
+                "description": "Run once every parent has ended, however it ended "
+                "(`--after-any`); false: a parent that fails or is cancelled cancels this job.",
+            },
         },
     },
     "Manifest": {
@@ -205,7 +218,7 @@ SCHEMAS: dict[str, Schema] = {
         ],
         "properties": {
             "id": {"type": "string"},
-            "state": {"const": "queued"},
+            "state": {"enum": ["queued", "waiting"]},
             "chunks_total": {"type": "integer"},
             "frames_total": {"type": "integer"},
             "source_key": {"type": "string"},
@@ -262,6 +275,18 @@ SCHEMAS: dict[str, Schema] = {
         "properties": {
             "chunks": {"type": "array", "items": {"type": "object"}},
             "settings": {"type": "object"},
+            "after": {
+                "type": "array",
+                "description": "The parents the job waits (or waited) for: {id, state}.",
+                "items": {"type": "object"},
+            },
+            "after_mode": {"enum": ["", "done", "any"]},
+            "released": {"type": "boolean"},
+            "children": {
+                "type": "array",
+                "description": "The jobs that wait (or waited) for this one: {id, state}.",
+                "items": {"type": "object"},
+            },
         },
     },
     "JobList": {
@@ -297,6 +322,11 @@ SCHEMAS: dict[str, Schema] = {
                     "properties": {"frame": {"type": ["integer", "null"]}},
                     "description": "name: the file's path in the frames folder.",
                 },
+            },
+            "note": {
+                "type": ["string", "null"],
+                "description": "Why the frames keep the farm's names (frame_000019.exr), not "
+                "the scene's Output path's; null where they follow the scene.",
             },
         },
     },

@@ -10,6 +10,7 @@ from typing import Any
 from farm.control import jobs
 from farm.control.status import job_status
 from farm.core import keys
+from farm.core.naming import OutputPattern, scene_named
 from farm.web.api.answers import Answer, bad_request
 from farm.web.api.call import Call, Farm
 from farm.web.api.validate import is_number
@@ -75,23 +76,28 @@ def _presigned(farm: Farm, key: str, name: str, size: int) -> dict[str, Any]:
 
 def output(farm: Farm, call: Call) -> Answer:
     """The video once the job is done, and with frames=1 every recorded frame's files as `farm
-    fetch --frames` lays them out (farm.control.jobs.frame_files), each by presigned GET."""
+    fetch --frames` lays them out (farm.control.jobs.frame_files), each by presigned GET: the
+    frames named as the scene's Output path names them (farm.core.naming), or as stored with
+    the note saying why."""
     job_id, job = call.job_id, call.job
     video = None
     key = job.get("output", "")
     if key and job.get("state") == "done" and (size := farm.store.size(key)) is not None:
         video = _presigned(farm, key, f"{job_id}{PurePosixPath(key).suffix}", size)
     frames: list[dict[str, Any]] = []
+    note = None
     if call.int_query("frames", 0, 0, 1):
         sizes = farm.store.sizes(keys.job_prefix(job_id))
         found = jobs.frame_files(farm.store, job_id, farm.ledger.frame_records(job_id))
-        for key, path in found:
+        named = scene_named(job_id, OutputPattern.of_spec(job.get("spec")), found)
+        note = named.note
+        for key, path in named.files:
             if key in sizes:
                 frames.append({
                     "frame": _frame_of(job_id, key),
                     **_presigned(farm, key, path.as_posix(), sizes[key]),
                 })  # fmt: skip
-    return Answer(200, {"video": video, "frames": frames})
+    return Answer(200, {"video": video, "frames": frames, "note": note})
 
 
 def _frame_of(job_id: str, key: str) -> int | None:

@@ -3,6 +3,7 @@ and its events."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from farm.control import intake, uploads
@@ -78,7 +79,7 @@ def submit(farm: Farm, call: Call) -> Answer:
     sent = [a for a in assets if outcomes[a.sha256] is Outcome.UPLOADED]
     body: dict[str, Any] = {
         "id": done.job_id,
-        "state": "queued",
+        "state": done.state,
         "chunks_total": done.chunks,
         "frames_total": done.frames,
         "source_key": done.source_key,
@@ -101,6 +102,7 @@ def estimate(farm: Farm, call: Call) -> Answer:
     """POST /estimate: `farm submit --estimate --json`'s object; nothing is queued but, where
     the farm has no timings of the scene, a probe job the caller owns."""
     found, _ = _checked(farm, call)
+    found = replace(found, spec=replace(found.spec, after=(), after_any=False))  # priced alone
     stored = intake.Stored(
         source_key=found.source.key, sha256=found.source.sha256, manifest=found.manifest
     )

@@ -20,6 +20,7 @@ from farm.control import uploads
 from farm.control.uploads import FileKind, UploadRefused, Wanted
 from farm.control.webhooks import TargetRefused, allowed_ranges, resolve
 from farm.core import limits
+from farm.core.depends import MAX_PARENTS, check_parent_id
 from farm.core.errors import SpecError, UnreachableError
 from farm.core.spec import (
     AUTO_CHUNK,
@@ -219,10 +220,24 @@ def _check_spec(spec: JobSpec) -> None:
     if frames != spec.frames:
         raise SpecError(f"frames {spec.frames} is not a frame range")
     parse_resolution(str(spec.resolution))
+    _check_after(spec)
     if spec.kind is JobKind.RENDER:
         _check_render(spec)
     else:
         _check_transcode(spec)
+
+
+def _check_after(spec: JobSpec) -> None:
+    """The parents as `--after` takes them: job ids, each once, 100 at most (that each is a job
+    of this farm is checked as the job is created: farm.control.depends.check_parents)."""
+    if len(spec.after) > MAX_PARENTS:
+        raise SpecError(f"after: a job may wait for {MAX_PARENTS} jobs at most")
+    if len(set(spec.after)) != len(spec.after):
+        raise SpecError("after names a job twice")
+    for job_id in spec.after:
+        check_parent_id(job_id, "after")
+    if spec.after_any and not spec.after:
+        raise SpecError("after_any without after: name the jobs to wait for")
 
 
 def _check_render(spec: JobSpec) -> None:
