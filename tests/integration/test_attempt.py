@@ -39,7 +39,7 @@ from tests.integration.conftest import make_job, wait_until
 from workers.attempt.context import WorkerContext
 from workers.attempt.lease import LeaseKeeper
 from workers.attempt.lifecycle import ChunkAttempt, Outcome
-from workers.attempt.policy import run_chunk_phase
+from workers.attempt.policy import MAX_KEPT_OFF, run_chunk_phase
 from workers.host.gpu import Capabilities
 from workers.phases.frames import FrameUploader, write_permit
 from workers.phases.segment import gather_frames
@@ -432,6 +432,23 @@ def test_a_worker_that_keeps_failing_a_job_leaves_its_chunks_to_a_healthy_one(
     result = run(ctx, 0, RENDER, succeed)
     assert "handed_back" in result and sent(ctx) == [("render", "j1", 0)]
     assert ctx.ledger.chunk("j1", 0)["attempt"] == "0"
+
+
+def test_a_chunk_no_healthy_worker_takes_is_taken_by_a_blocklisted_one_in_the_end(
+    ctx: WorkerContext,
+) -> None:
+    """GIVEN w1 failed job j1 twice and w2 alive by its heartbeat but taking nothing WHEN w1 has
+    handed the chunk on MAX_KEPT_OFF times THEN the next time it runs it (the budget, not the
+    blocklist, then ends a job that keeps failing): a stuck worker cannot stall the chunk."""
+    for _ in range(2):
+        ctx.ledger.blame("j1", "w1")
+    ctx.ledger.heartbeat("w2", {"queues": ["render"]})
+    for _ in range(MAX_KEPT_OFF):
+        assert "handed_back" in run(ctx, 0, RENDER, succeed)
+    assert len(sent(ctx)) == MAX_KEPT_OFF
+    result = run(ctx, 0, RENDER, succeed)
+    assert result.get("done") and ctx.ledger.chunk("j1", 0)["state"] == ChunkState.RENDERED
+    assert sent(ctx)[MAX_KEPT_OFF:] == [("segment", "j1", 0)]  # rendered: its segment goes on
 
 
 def test_a_blocklisted_worker_alone_still_takes_the_chunk(ctx: WorkerContext) -> None:

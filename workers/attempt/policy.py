@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 
 BLOCK_AFTER = 2
 """Permanent failures on one job after which a worker leaves that job's chunks to others."""
+MAX_KEPT_OFF = 30
+"""Times one chunk is handed on by workers on the job's blocklist (every KEPT_OFF_S) before one of
+them takes it after all: the blocklist prefers a healthy worker, it must not stall the chunk when
+that worker, alive by its heartbeat, takes nothing (its consumer stuck, its queues not served)."""
+KEPT_OFF_S = 2.0
 MAX_TRANSIENT = 20
 """Transient hand-backs of one chunk before it counts as a failure (an outage of ~an hour)."""
 RETRY_CAP_S = 120.0
@@ -168,8 +173,12 @@ class ChunkPolicy:
                                           lane=self.lane)  # fmt: skip
             if claimed.move.status == "blocked":
                 if kept_off(ctx, job_id, phase.queue):
-                    self._resend(phase, 2.0)
-                    return self._ended(handed_back="blocklisted on this job")
+                    handed = self.ledger.bump(job_id, chunk, "kept_off")
+                    if handed <= MAX_KEPT_OFF:
+                        self._resend(phase, KEPT_OFF_S)
+                        return self._ended(handed_back="blocklisted on this job")
+                    log.warning("chunk %s/%d was handed on %d times and no other worker took it; "
+                                "taking it here", job_id, chunk, handed - 1)  # fmt: skip
                 # No claim ahead here: the next phase's claim keeps its own blocklist check.
                 block_after, then = 0, None
                 claimed = lifecycle.claim(ctx, job_id, chunk, phase, lane=self.lane)
