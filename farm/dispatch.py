@@ -155,13 +155,21 @@ class Dispatcher:
         project, weight = self.route_of(job_id)
         return queues.route(str(TASK_QUEUES[task]), project, weight, chunk)
 
-    def _send(self, task: str, payload: dict[str, Any], countdown_s: float = 0) -> str:
+    def _send(
+        self,
+        task: str,
+        payload: dict[str, Any],
+        countdown_s: float = 0,
+        priority: int | None = None,
+    ) -> str:
         try:
             result = self.app.send_task(
                 task,
                 kwargs=payload,
                 queue=self.queue_of(task, payload["job_id"], int(payload.get("chunk", -1))),
-                priority=broker_priority(self.priority_of(payload["job_id"])),
+                priority=broker_priority(
+                    self.priority_of(payload["job_id"]) if priority is None else priority
+                ),
                 countdown=countdown_s or None,
                 ignore_result=True,  # no result is kept (task_ignore_result): none to wait on
                 retry=True,
@@ -177,9 +185,14 @@ class Dispatcher:
             raise ConfigError(f"the broker URL cannot be used: {exc}") from exc
         return str(result.id)
 
-    def send(self, phase: Phase, job_id: str, chunk: int, countdown_s: float = 0) -> str:
-        """Send a chunk's phase to its queue (the task name and queue come from the pipeline)."""
-        return self._send(spec_of(phase).task, {"job_id": job_id, "chunk": chunk}, countdown_s)
+    def send(
+        self, phase: Phase, job_id: str, chunk: int, countdown_s: float = 0,
+        priority: int | None = None,
+    ) -> str:  # fmt: skip
+        """Send a chunk's phase to its queue (the task name and queue come from the pipeline);
+        `priority`: a farm priority other than the job's (a preview chunk's, the farm's top)."""
+        payload = {"job_id": job_id, "chunk": chunk}
+        return self._send(spec_of(phase).task, payload, countdown_s, priority)
 
     def stitch(self, job_id: str, countdown_s: float = 0) -> str:
         return self._send(STITCH.task, {"job_id": job_id}, countdown_s)

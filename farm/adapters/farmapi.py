@@ -167,10 +167,20 @@ class FarmAPI:
     def priority(self, job_id: str, priority: int) -> dict[str, Any]:
         return self._json("PUT", _job(job_id, "priority"), {"priority": priority})
 
-    def output(self, job_id: str, *, frames: bool = False) -> dict[str, Any]:
-        """Presigned GETs (10 min) of the video ({"name", "url", "size"} or None) and, with
-        `frames`, of each frame and the files the scene's File Output nodes wrote."""
-        return self._json("GET", _job(job_id, "output") + ("?frames=1" if frames else ""))
+    def output(
+        self, job_id: str, *, frames: bool = False, version: int | None = None
+    ) -> dict[str, Any]:
+        """Presigned GETs (10 min) of the video ({"name", "url", "size"} or None; `version`: an
+        earlier one, kept when frames were fixed) and, with `frames`, of each frame and the
+        files the scene's File Output nodes wrote."""
+        query = {"frames": 1} if frames else {}
+        query |= {} if version is None else {"version": version}
+        return self._json("GET", _job(job_id, "output") + ("?" + urlencode(query) if query else ""))
+
+    def fix_frames(self, job_id: str, frames: str, reason: str = "") -> dict[str, Any]:
+        """`farm retry --frames`: the job's status with `fix` (what was recorded) and `waiting`."""
+        body = {"frames": frames, **({"reason": reason} if reason else {})}
+        return self._json("POST", _job(job_id, "retry"), body)
 
     def logs(self, job_id: str, chunk: int | None = None) -> list[dict[str, Any]]:
         query = "" if chunk is None else "?" + urlencode({"chunk": chunk})

@@ -250,6 +250,16 @@ def _view_layers(scene: bat.BlendFileBlock) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _marker_cameras(scene: bat.BlendFileBlock) -> tuple[str, ...]:
+    """The cameras the scene's timeline markers bind, each once, in frame order."""
+    bound: list[tuple[int, str]] = []
+    for marker in iterators.listbase(scene.get_pointer((b"markers", b"first"))):
+        camera = marker.get_pointer(b"camera")
+        if camera is not None and camera.id_name:
+            bound.append((int(marker[b"frame"]), camera.id_name[2:].decode("utf-8", "replace")))
+    return tuple(dict.fromkeys(name for _, name in sorted(bound)))
+
+
 def _active_scene(bfile: bat.BlendFile) -> bat.BlendFileBlock:
     """The scene the file opens with: the window's scene in GLOB, else the first scene block."""
     scenes = bfile.find_blocks_from_code(b"SC")
@@ -305,6 +315,7 @@ def _info(bfile: bat.BlendFile) -> SceneInfo:
                 if block.get(b"type", default=None) == _OB_CAMERA
             )
         ),
+        marker_cameras=_marker_cameras(scene),
     )
 
 

@@ -22,7 +22,7 @@ from farm.blender.script import MAX_OUTPUTS, outputs_name
 SCRIPT = Path(__file__).with_name("script.py")
 WHEEL = "bpy"
 """`settings.blender` value for the bpy wheel run by this worker's own Python."""
-OVERRIDABLE = ("resolution", "samples", "engine", "camera")
+OVERRIDABLE = ("resolution", "samples", "engine", "camera", "view_layer", "fixed_camera")
 """The render overrides the script applies; frames and fps are the plan's, not Blender's."""
 _LINE = re.compile(r"FARM-(?P<kind>[A-Z]+) (?P<nonce>[0-9a-f]{16,64}) (?P<body>\{.*\})$")
 """Found anywhere in a line: Blender's C output, buffered apart from Python's, may have left
@@ -49,6 +49,10 @@ class RenderSettings:
     engine: str | None = None
     """CYCLES, BLENDER_EEVEE(_NEXT) or BLENDER_WORKBENCH; mapped to this Blender's name."""
     camera: str | None = None
+    view_layer: str | None = None
+    """`--each view-layer`: render this layer alone (the others' Use for Rendering off)."""
+    fixed_camera: bool = False
+    """`--each camera`: `camera` on every frame, the timeline markers' switches overridden."""
     scene_engine: str | None = None
     """The engine name saved in the file (read at submit), so a 5.0 `BLENDER_EEVEE` still maps."""
     device: str = "CPU"
@@ -73,6 +77,10 @@ class RenderSettings:
             over["engine"] = self.engine
         if self.camera:
             over["camera"] = self.camera
+        if self.view_layer:
+            over["view_layer"] = self.view_layer
+        if self.fixed_camera and self.camera:
+            over["fixed_camera"] = True
         return over
 
 
@@ -97,6 +105,11 @@ def settings_from_spec(
         samples=getattr(spec, "samples", None) if "samples" in named else None,
         engine=getattr(spec, "engine", None) if "engine" in named else None,
         camera=getattr(spec, "camera", None) if "camera" in named else None,
+        view_layer=getattr(spec, "view_layer", None),
+        # A camera named by a flag (--camera, --each camera) holds on every frame: markers that
+        # bind cameras would switch away from it at each frame_set (flags override the scene).
+        fixed_camera="camera" in named
+        or str(getattr(getattr(spec, "group", None), "each", "")) == "camera",
         scene_engine=getattr(scene, "engine", None) or getattr(spec, "engine", None),
         device=device,
         threads=threads,

@@ -74,6 +74,18 @@ def unique(name: str, taken: set[str]) -> str:
     return found
 
 
+def only_layer(scene: Any, name: str) -> None:
+    """`--each view-layer`: the scene renders the layer `name` alone."""
+    names = [layer.name for layer in scene.view_layers]
+    if name not in names:
+        raise ChunkFailed(
+            f"the scene has no view layer named {name!r} (it has {', '.join(names)}); submit "
+            "the scene again"
+        )
+    for layer in scene.view_layers:
+        layer.use = layer.name == name
+
+
 def frame_name(frame: int, extension: str) -> str:
     return f"frame_{frame:06d}{extension}"
 
@@ -436,8 +448,14 @@ class Renderer:
             if camera is None or camera.type != "CAMERA":
                 raise ChunkFailed(f"the scene has no camera object named {over['camera']!r}")
             scene.camera = camera
+        if over.get("fixed_camera"):
+            # `--each camera`: markers bound to cameras would switch away from it at frame_set.
+            for marker in scene.timeline_markers:
+                marker.camera = None
         if scene.camera is None:
             raise ChunkFailed("the scene has no active camera; set one or pass --camera")
+        if over.get("view_layer"):
+            only_layer(scene, str(over["view_layer"]))
         threads = int(self.job.get("threads", 0))
         if threads > 0:
             render.threads_mode = "FIXED"

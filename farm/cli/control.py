@@ -35,7 +35,8 @@ def pause(ctx: click.Context, job_id: str) -> None:
               help="A new budget in dollars (0: none).")  # fmt: skip
 @click.pass_context
 def resume(ctx: click.Context, job_id: str, max_cost: float | None) -> None:
-    """Resume a paused job: its waiting chunks are sent again."""
+    """Resume a paused job (its waiting chunks are sent again), or release one held after its
+    preview frames (the rest is planned and sent)."""
     if api := remote.api(ctx):
         remote.resume(api, job_id, max_cost)
         return

@@ -5,6 +5,7 @@ others: 1)."""
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ from farm.core.errors import (
     UnreachableError,
 )
 from farm.core.report import (
+    fixed_text,
     jobs_table,
     printable,
     status_table,
@@ -178,12 +180,20 @@ def jobs(ctx: click.Context, limit: int, as_json: bool) -> None:
     is_flag=True,
     help="Download the rendered frames too, and what the scene's File Output nodes wrote.",
 )
+@click.option(
+    "--version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="An earlier video of the job, kept when frames were fixed (`farm status` lists them).",
+)
 @click.pass_context
-def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) -> None:
+def fetch(
+    ctx: click.Context, job_id: str, dest_text: str, with_frames: bool, version: int | None
+) -> None:
     """Download a finished job's video (and frames) to DEST: a file, or a folder (one that
     exists, or one named with a trailing /) to put JOB.mp4 in."""
     if api := remote.api(ctx):
-        remote.fetch(api, job_id, dest_text, with_frames)
+        remote.fetch(api, job_id, dest_text, with_frames, version)
         return
     from farm.adapters.store import Store
     from farm.control.jobs import frame_files
@@ -200,7 +210,18 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
                 job = {"state": "done", "output": output}
     job = job or ledger.job_or_fail(job_id)
     partial = job.get("state") in ("failed", "cancelled", "paused") and with_frames
-    if job.get("state") != "done" and not partial:
+    if version is not None:
+        from farm.control.fixes import version_key
+        from farm.core.fixes import not_kept_yet
+
+        job = {**job, "output": version_key(job, version)}
+        partial = False
+        target_name = f"{job_id}.v{version}"
+    else:
+        from farm.core.siblings import video_stem
+
+        target_name = video_stem(job_id, job.get("spec"))  # a sibling's: shot.CamB (--each)
+    if job.get("state") != "done" and not partial and version is None:
         raise FarmError(
             f"job {job_id} is {job.get('state')}; its video exists once it is done "
             "(`--frames` fetches the frames done so far of a failed, cancelled or paused job)"
@@ -208,9 +229,11 @@ def fetch(ctx: click.Context, job_id: str, dest_text: str, with_frames: bool) ->
     ext = Path(job.get("output") or "x.mp4").suffix
     dest = Path(dest_text)
     folder = dest.is_dir() or dest_text.endswith(("/", os.sep))
-    target = dest / f"{job_id}{ext}" if folder else dest
+    target = dest / f"{target_name}{ext}" if folder else dest
     try:
         if not partial:
+            if version is not None and store.head(job["output"]) is None:
+                raise FarmError(not_kept_yet(job_id, version))
             store.get_file(job["output"], target)
             click.echo(str(target))
         if with_frames:
@@ -261,6 +284,15 @@ def cancel(ctx: click.Context, job_id: str) -> None:
     default=None,
     help="A fixed .blend to render the remaining frames from.",
 )
+@click.option(
+    "--frames",
+    "frames",
+    default=None,
+    metavar="LIST",
+    help="Fix these frames of a done or failed render job (12-14,40): only they are rendered "
+    "again, only the segments holding them encoded again; the old video is kept as a version.",
+)
+@click.option("--reason", default="", help="Why the frames are fixed, as `farm status` shows it.")
 @allow_path_option
 @click.pass_context
 def retry(
@@ -268,15 +300,31 @@ def retry(
     job_id: str,
     every_unfinished: bool,
     scene: Path | None,
+    frames: str | None,
+    reason: str,
     allow_path: tuple[Path, ...],
 ) -> None:
-    """Requeue a failed or cancelled job's chunks; frames already done are reused."""
+    """Requeue a failed or cancelled job's chunks; frames already done are reused. With
+    --frames, fix frames of a done (or failed) job in place."""
+    if frames is not None and (scene is not None or every_unfinished):
+        raise click.UsageError("--frames fixes frames in place: not with --scene or --all")
+    if reason and frames is None:
+        raise click.UsageError("--reason is for --frames: why the frames are fixed")
     if api := remote.api(ctx):
+        if frames is not None:
+            remote.fix_frames(api, job_id, frames, reason)
+            return
         remote.retry(api, job_id, every_unfinished=every_unfinished, scene=scene)
+        return
+    settings = command_settings(ctx).require_farm()
+    if frames is not None:
+        from farm.control.fixes import fix_frames
+
+        fixing = fix_frames(settings, job_id, frames, reason=reason, by=getpass.getuser())
+        click.echo(fixed_text(job_id, fixing.fix.to_json(), fixing.waiting))
         return
     from farm.control.jobs import check_retry, reopen
 
-    settings = command_settings(ctx).require_farm()
     if allow_path and scene is None:
         raise click.UsageError("--allow-path is for --scene: the files a fixed scene uses")
     fixed = None

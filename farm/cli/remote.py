@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -26,8 +27,18 @@ from farm.adapters.settings import Settings, command_settings, default_config_pa
 from farm.cli.waits import STOPS, say_stop, stopped_waiting, unwritable
 from farm.core.cost import money
 from farm.core.errors import ConfigError, FarmError
+from farm.core.fixes import not_kept_yet
 from farm.core.pipeline import waiting_for
-from farm.core.report import advance, jobs_table, printable, progress_bar, progress_line, to_text
+from farm.core.report import (
+    advance,
+    fixed_text,
+    jobs_table,
+    printable,
+    progress_bar,
+    progress_line,
+    to_text,
+)
+from farm.core.siblings import video_stem
 from farm.core.spec import JobKind, JobSpec, provenance
 from farm.core.state import JobState
 
@@ -96,7 +107,7 @@ def refuse_farm_only(ctx: click.Context, name: str | None, args: list[str]) -> N
 
 def submit(
     api: FarmAPI,
-    spec: JobSpec,
+    specs: Sequence[JobSpec],
     path: Path,
     traced: Traced | None,
     *,
@@ -109,39 +120,63 @@ def submit(
     project: str | None = None,
 ) -> int:
     """`farm submit` through the API, once the scene is read and traced (or the master probed)
-    here: the files the store lacks go up, then the job (or its estimate). The exit code."""
+    here: the files the store lacks go up once, then the job (or its estimate), or each of
+    `--each`'s siblings (farm.core.siblings). The exit code."""
     source = {"sha256": _sha256(path), "size": path.stat().st_size,
               "suffix": path.suffix.lower() or ".bin"}  # fmt: skip
     _upload(api, path, source, traced)
-    body = {
-        "spec": spec.to_json(),
-        "source": source,
-        "assets": traced.manifest.to_json() if traced else None,
-        "priority": priority,
-        "max_cost": max_cost,
-        "notify": notify,
-        "project": project,
-    }
+
+    def body(spec: JobSpec) -> dict[str, Any]:
+        return {
+            "spec": spec.to_json(),
+            "source": source,
+            "assets": traced.manifest.to_json() if traced else None,
+            "priority": priority,
+            "max_cost": max_cost,
+            "notify": notify,
+            "project": project,
+        }
+
     if estimate:
         if not as_json:
             click.echo("estimating (a short probe job runs if the farm has no timings of this "
                        "scene)", err=True)  # fmt: skip
-        _print_estimate(api.estimate(body), as_json)
+        _print_estimate(api.estimate(body(specs[0])), as_json)
         return 0
-    done = api.submit(body)
-    job_id = str(done["id"])
+    made = [(spec, api.submit(body(spec))) for spec in specs]
     if not wait:
-        click.echo(json.dumps({**done, "settings": provenance(spec)}) if as_json else job_id)
+        if as_json:
+            answers = [{**done, "settings": provenance(spec)} for spec, done in made]
+            click.echo(json.dumps(grouped_json(specs, answers)))
+        else:
+            for _spec, done in made:
+                click.echo(str(done["id"]))
         return 0
     if not as_json:
-        click.echo(f"job {job_id}: {done['frames_total']} frames in {done['chunks_total']} chunks",
-                   err=True)  # fmt: skip
-    summary = follow(api, job_id, quiet=as_json)
+        for spec, done in made:
+            member = f" ({printable(spec.group.member)})" if spec.group else ""
+            click.echo(f"job {done['id']}{member}: {done['frames_total']} frames in "
+                       f"{done['chunks_total']} chunks", err=True)  # fmt: skip
+    summaries = []
+    for spec, done in made:
+        job_id = str(done["id"])
+        summary = follow(api, job_id, quiet=as_json)
+        summaries.append({**summary, "settings": provenance(spec)})
+        if not as_json and summary["state"] == "done":
+            click.echo(f"done: {summary['output']}  (farm fetch {job_id} DEST)")
     if as_json:
-        click.echo(json.dumps({**summary, "settings": provenance(spec)}))
-    elif summary["state"] == "done":
-        click.echo(f"done: {summary['output']}  (farm fetch {job_id} DEST)")
-    return 0 if summary["state"] == "done" else 1
+        click.echo(json.dumps(grouped_json(specs, summaries)))
+    return 0 if all(s["state"] == "done" for s in summaries) else 1
+
+
+def grouped_json(specs: Sequence[JobSpec], answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """`submit --json`: a job's object as before, or for siblings the group and every job's."""
+    group = specs[0].group
+    if group is None:
+        return answers[0]
+    jobs = [{**answer, "member": spec.group.member if spec.group else ""}
+            for spec, answer in zip(specs, answers, strict=True)]  # fmt: skip
+    return {"group": group.id, "each": str(group.each), "jobs": jobs}
 
 
 def _sha256(path: Path) -> str:
@@ -277,7 +312,8 @@ def resume(api: FarmAPI, job_id: str, max_cost: float | None) -> None:
     if summary.get("state") == "waiting":  # paused while it waited: it waits for its parents again
         click.echo(f"resumed {job_id}: waiting for its parents again (`farm status {job_id}`)")
         return
-    click.echo(f"resumed {job_id}: {_waiting(summary)} chunks waiting")
+    sent = summary.get("sent", _waiting(summary))  # the chunks the resume sent, as direct says
+    click.echo(f"resumed {job_id}: {sent} chunks waiting")
     c = summary.get("cost") or {}
     budget = c.get("max_cost") or 0.0
     if budget and c["spent"] + c["expected_to_finish"] > budget:
@@ -307,6 +343,12 @@ def retry(api: FarmAPI, job_id: str, *, every_unfinished: bool, scene: Path | No
     click.echo(f"requeued {job_id}: {_waiting(summary)} chunks waiting")
 
 
+def fix_frames(api: FarmAPI, job_id: str, frames: str, reason: str) -> None:
+    """`farm retry --frames` through the API: the farm parses and checks the list."""
+    answer = api.fix_frames(job_id, frames, reason)
+    click.echo(fixed_text(job_id, answer["fix"], list(answer.get("waiting", ()))))
+
+
 def priority(api: FarmAPI, job_id: str, value: int) -> None:
     summary = api.priority(job_id, value)
     click.echo(f"{job_id}: priority {value} ({_waiting(summary)} waiting chunks re-sent)")
@@ -322,25 +364,32 @@ def logs(api: FarmAPI, job_id: str, chunk: int | None) -> None:
         click.echo(printable(text))
 
 
-def fetch(api: FarmAPI, job_id: str, dest_text: str, with_frames: bool) -> None:
+def fetch(
+    api: FarmAPI, job_id: str, dest_text: str, with_frames: bool, version: int | None = None
+) -> None:
     """`farm fetch` through the API: the same checks and places as direct mode (the frames
     named by the farm as the scene names them), each file streamed from a presigned URL to
-    disk."""
-    state = api.job(job_id)["state"]
-    partial = state in ("failed", "cancelled", "paused") and with_frames
-    if state != "done" and not partial:
+    disk. `version`: an earlier video, kept when frames were fixed."""
+    status = api.job(job_id)
+    state = status["state"]
+    partial = state in ("failed", "cancelled", "paused") and with_frames and version is None
+    if state != "done" and not partial and version is None:
         raise FarmError(
             f"job {job_id} is {state}; its video exists once it is done "
             "(`--frames` fetches the frames done so far of a failed, cancelled or paused job)"
         )
-    found = api.output(job_id, frames=with_frames)
+    found = api.output(job_id, frames=with_frames, version=version)
     video = found.get("video")
     ext = PurePosixPath(str(video["name"])).suffix if video else ".mp4"
     dest = Path(dest_text)
     folder = dest.is_dir() or dest_text.endswith(("/", os.sep))
-    target = dest / f"{job_id}{ext}" if folder else dest
+    # A sibling's (--each) is shot.CamB, as in direct mode (farm.core.siblings).
+    name = video_stem(job_id, status.get("spec")) if version is None else f"{job_id}.v{version}"
+    target = dest / f"{name}{ext}" if folder else dest
     try:
         if not partial:
+            if not video and version is not None:
+                raise FarmError(not_kept_yet(job_id, version))
             if not video:
                 raise FarmError(f"job {job_id} is done but the farm lists no video for it")
             api.get_file(video["url"], target, int(video["size"]))

@@ -24,6 +24,7 @@ from farm.ledger.ports import SubmitLedger
 
 if TYPE_CHECKING:
     from farm.blender.assets import Sources, Traced
+    from farm.control.intake import Submitted
     from farm.core.sources import SceneInfo
 
 allow_path_option = click.option(
@@ -59,6 +60,15 @@ allow_path_option = click.option(
     "--engine", default=None, help="cycles, eevee or workbench (default: the scene's engine)."
 )
 @click.option("--camera", default=None, help="Camera object (default: the scene's active camera).")
+@click.option("--each", default=None, metavar="view-layer|camera",
+              help="One job per view layer the scene renders, or per camera, grouped: each "
+                   "renders that layer alone, or through that camera.")  # fmt: skip
+@click.option(
+    "--cameras",
+    default=None,
+    metavar="A,B",
+    help="One job per camera named (comma-separated), grouped as --each camera.",
+)
 @click.option(
     "--allow-missing",
     is_flag=True,
@@ -117,6 +127,15 @@ allow_path_option = click.option(
 @click.option("--after-any", default=None, metavar="JOBS",
               help="Wait for these jobs to end, however they end (done, failed or cancelled), "
                    "then run.")  # fmt: skip
+@click.option("--preview", type=click.IntRange(0, 100), default=0, metavar="N",
+              help="Render N frames spread over the range (the first, the last, evenly between) "
+                   "first, at the farm's top priority, then the rest.")  # fmt: skip
+@click.option("--hold", is_flag=True,
+              help="With --preview: stop `held` after the preview frames (the rest costs nothing "
+                   "until `farm resume JOB`).")  # fmt: skip
+@click.option("--check-frames", is_flag=True,
+              help="Flag frames that come out black or one flat colour; `farm status` lists "
+                   "them with the `farm retry --frames` that fixes them.")  # fmt: skip
 @click.pass_context
 def submit(
     ctx: click.Context,
@@ -128,6 +147,8 @@ def submit(
     samples: int | None,
     engine: str | None,
     camera: str | None,
+    each: str | None,
+    cameras: str | None,
     allow_missing: bool,
     allow_path: tuple[Path, ...],
     trusted_scripts: bool,
@@ -146,6 +167,9 @@ def submit(
     project: str | None,
     after: str | None,
     after_any: str | None,
+    preview: int,
+    hold: bool,
+    check_frames: bool,
 ) -> None:
     """Submit a .blend scene to render, or a video master to transcode, into a video."""
     from farm.control.intake import submit as submit_job
@@ -186,11 +210,13 @@ def submit(
             path, scene_flags, chunk_size=chunk_size, codec=codec, allow_missing=allow_missing,
             sources=sources,
         )  # fmt: skip
-        spec = replace(spec, trusted_scripts=trusted_scripts)
+        spec = replace(spec, trusted_scripts=trusted_scripts, check_frames=check_frames)
     if parents and not estimate:  # an estimate prices the job alone: it never waits
         spec = replace(spec, after=parents, after_any=after_any is not None)
+    spec = _with_preview(spec, preview, hold, estimate=estimate)
+    specs = _siblings(spec, each, cameras, estimate=estimate)
     if api := remote.client(loaded):  # the farm's API (farm login): files up by presigned PUT
-        ctx.exit(remote.submit(api, spec, path, traced, priority=priority, max_cost=max_cost,
+        ctx.exit(remote.submit(api, specs, path, traced, priority=priority, max_cost=max_cost,
                                notify=notify, wait=wait, as_json=as_json, estimate=estimate,
                                project=project))  # fmt: skip
     settings = loaded.require_farm()
@@ -201,45 +227,98 @@ def submit(
     if estimate:
         _print_estimate(settings, spec, path, traced, as_json)
         return
-    done = submit_job(
-        settings, spec, path, traced, priority=priority, max_cost=max_cost, notify=notify,
-        project=project,
-    )  # fmt: skip
+    made = [
+        (one, submit_job(settings, one, path, traced, priority=priority, max_cost=max_cost,
+                         notify=notify, project=project))
+        for one in specs
+    ]  # fmt: skip
     if not wait:
+        answers = [_submitted_json(one, done, traced) for one, done in made]
         if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "id": done.job_id,
-                        "state": done.state,
-                        "chunks_total": done.chunks,
-                        "frames_total": done.frames,
-                        "source_key": done.source_key,
-                        "settings": provenance(spec),
-                        "assets": {
-                            "files": len(traced.manifest.assets) if traced else 0,
-                            "uploaded": done.assets_uploaded,
-                            "reused": done.assets_reused,
-                            "bytes_uploaded": done.assets_bytes_uploaded,
-                            "missing": list(traced.manifest.missing) if traced else [],
-                        },
-                    }
-                )
-            )
+            click.echo(json.dumps(remote.grouped_json(specs, answers)))
         else:
-            click.echo(done.job_id)
+            for _one, done in made:
+                click.echo(done.job_id)
         return
-    if not as_json:
-        click.echo(f"job {done.job_id}: {done.frames} frames in {done.chunks} chunks", err=True)
-        if done.state == "waiting":
-            click.echo(f"waiting for {', '.join(spec.after)}", err=True)
-    summary = wait_for_job(settings, done.job_id, quiet=as_json)
+    summaries = []
+    for one, done in made:
+        if not as_json:
+            click.echo(f"job {done.job_id}{_member(one)}: {done.frames} frames in {done.chunks} "
+                       "chunks", err=True)  # fmt: skip
+            if done.state == "waiting":
+                click.echo(f"waiting for {', '.join(one.after)}", err=True)
+            if one.hold:
+                click.echo(f"holds after {one.preview} preview frames: `farm resume "
+                           f"{done.job_id}` renders the rest", err=True)  # fmt: skip
+    for one, done in made:
+        summary = wait_for_job(settings, done.job_id, quiet=as_json)
+        summaries.append({**summary, "settings": provenance(one)})
+        if not as_json and summary["state"] == "done":
+            click.echo(f"done: {summary['output']}  (farm fetch {done.job_id} DEST)")
     if as_json:
-        summary["settings"] = provenance(spec)
-        click.echo(json.dumps(summary))
-    elif summary["state"] == "done":
-        click.echo(f"done: {summary['output']}  (farm fetch {done.job_id} DEST)")
-    ctx.exit(0 if summary["state"] == "done" else 1)
+        click.echo(json.dumps(remote.grouped_json(specs, summaries)))
+    ctx.exit(0 if all(s["state"] == "done" for s in summaries) else 1)
+
+
+def _with_preview(spec: JobSpec, count: int, hold: bool, *, estimate: bool) -> JobSpec:
+    """`--preview N [--hold]` on the spec (render jobs; an estimate prices the whole job)."""
+    from farm.core.preview import check_preview
+    from farm.core.spec import JobKind
+
+    if not count and not hold:
+        return spec
+    check_preview(count, hold)
+    if spec.kind is not JobKind.RENDER:
+        raise SpecError("--preview renders frames of a scene: submit a .blend (a transcode has "
+                        "no preview)")  # fmt: skip
+    return spec if estimate else replace(spec, preview=count, hold=hold)
+
+
+def _siblings(
+    spec: JobSpec, each: str | None, cameras: str | None, *, estimate: bool
+) -> tuple[JobSpec, ...]:
+    """The one spec, or with `--each`/`--cameras` its siblings (farm.core.siblings), their
+    notes said; SpecError (exit 2) for what cannot be split."""
+    from farm.core.siblings import expand, new_group_id, parse_each
+
+    by, names = parse_each(each, cameras)
+    if by is None:
+        return (spec,)
+    if estimate:
+        raise SpecError(
+            f"--estimate with --each {by}: estimate the scene without --each (each job renders "
+            "the same frames), then submit with --each"
+        )
+    found = expand(spec, by, names, group_id=new_group_id())
+    for note in found.notes:
+        click.echo(printable(note), err=True)
+    if group := found.group:
+        members = ", ".join(one.group.member for one in found.specs if one.group)
+        click.echo(printable(f"group {group.id}: {len(found.specs)} jobs, one per {by}: "
+                             f"{members}"), err=True)  # fmt: skip
+    return found.specs
+
+
+def _member(spec: JobSpec) -> str:
+    return f" ({printable(spec.group.member)})" if spec.group else ""
+
+
+def _submitted_json(spec: JobSpec, done: Submitted, traced: Traced | None) -> dict[str, Any]:
+    return {
+        "id": done.job_id,
+        "state": done.state,
+        "chunks_total": done.chunks,
+        "frames_total": done.frames,
+        "source_key": done.source_key,
+        "settings": provenance(spec),
+        "assets": {
+            "files": len(traced.manifest.assets) if traced else 0,
+            "uploaded": done.assets_uploaded,
+            "reused": done.assets_reused,
+            "bytes_uploaded": done.assets_bytes_uploaded,
+            "missing": list(traced.manifest.missing) if traced else [],
+        },
+    }
 
 
 def _parents(after: str | None, after_any: str | None) -> tuple[str, ...]:
@@ -303,6 +382,11 @@ def _render_spec(
     )
     if scene_flags["resolution"] is None and (note := scene_resolution(scene)[1]):
         click.echo(printable(f"note: {note}"), err=True)
+    if scene_flags.get("camera") and scene is not None and scene.marker_cameras:
+        note = (f"note: --camera {scene_flags['camera']} holds on every frame; the timeline's "
+                f"markers that switch cameras ({', '.join(scene.marker_cameras)}) are overridden "
+                "(submit without --camera to render the cut they make)")  # fmt: skip
+        click.echo(printable(note), err=True)
     require_complete(traced.manifest, allow_missing=allow_missing)
     for missing in traced.manifest.missing:
         click.echo(printable(f"warning: missing, rendering without it: {missing}"), err=True)
@@ -313,8 +397,8 @@ def _render_spec(
 
 
 ONLY_FOR = {
-    "render": ("fps", "samples", "engine", "camera", "allow_missing", "allow_path",
-               "trusted_scripts", "chunk_size"),
+    "render": ("fps", "samples", "engine", "camera", "each", "cameras", "allow_missing",
+               "allow_path", "trusted_scripts", "chunk_size", "check_frames"),
     "transcode": ("quality", "encoder", "preset", "segment_frames"),
 }  # fmt: skip
 """`farm submit`'s flags that one kind of job reads and the other does not."""

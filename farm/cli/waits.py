@@ -13,8 +13,9 @@ from farm.core.errors import FarmError
 from farm.core.report import printable
 from farm.core.state import ENDED, JobState
 
-STOPS = ENDED | {JobState.PAUSED}
-"""Where a wait stops: the job has ended, or it is paused and only a person can go on."""
+STOPS = ENDED | {JobState.PAUSED, JobState.HELD}
+"""Where a wait stops: the job has ended, or it is paused or held after its preview frames and
+only a person can go on."""
 INTERRUPTED_EXIT = 130
 """A wait ended by Ctrl-C (128 + SIGINT, as a shell reports it): not the job's end, whose exit
 a script reads (0 done, 1 failed, cancelled or paused)."""
@@ -44,5 +45,14 @@ def say_stop(job_id: str, summary: Mapping[str, Any], paused_reason: str) -> Non
             reason += f"; `farm resume {job_id}` continues it"
         said = f"job {job_id} paused: {reason}; `farm status {job_id} --wait` follows it again"
         click.echo(printable(said), err=True)
+    elif summary["state"] == JobState.HELD:
+        click.echo(hold_message(job_id), err=True)
     else:
         click.echo(printable(f"job {job_id} {summary['state']}: {summary['error']}"), err=True)
+
+
+def hold_message(job_id: str) -> str:
+    """What a job held after its preview frames tells its submitter."""
+    return (f"held: job {job_id}'s preview frames are done; look at them on its page or with "
+            f"`farm fetch {job_id} DEST --frames ...`, then `farm resume {job_id}` renders the "
+            f"rest (`farm status {job_id}` shows its estimate), or `farm cancel {job_id}`")  # fmt: skip

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from farm.control.preview import chunk_frames, send_chunks
 from farm.control.rebuild import read_control, record_control, stored_output
 from farm.core import keys
 from farm.core.depends import (
@@ -28,7 +29,6 @@ from farm.core.depends import (
     parents_of_record,
 )
 from farm.core.errors import FarmError, ObjectMissing, SpecError
-from farm.core.pipeline import first_phase, kind_of
 from farm.core.spec import JobSpec
 from farm.core.state import JobState
 from farm.ledger.ports import DependsLedger
@@ -182,11 +182,10 @@ def _release(
     # Kept before the chunks go: a ledger rebuilt from the store queues the job, not waits again.
     _keep(store, job_id, released=time.time())
     job = ledger.job(job_id)
-    phase = first_phase(kind_of(job)).phase
     # A send that fails here is the reconciler's to send again (resend_orphans: queued chunks
-    # with no message): the job is queued already.
-    for chunk in ledger.chunks(job_id):
-        dispatch.send(phase, job_id, int(chunk["index"]))
+    # with no message): the job is queued already. Preview chunks go first (control.preview).
+    chunks = ledger.chunks(job_id)
+    send_chunks(dispatch, job, ((int(c["index"]), chunk_frames(c)) for c in chunks))
     log.info("job %s released (%s)", job_id, reason)
     result.released.append(job_id)
 

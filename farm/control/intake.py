@@ -15,11 +15,12 @@ from farm.adapters.settings import Settings
 from farm.adapters.store import Store
 from farm.blender import assets
 from farm.control.depends import check_parents
+from farm.control.preview import send_chunks
 from farm.control.projects import require_project
-from farm.core import cost, keys, limits, versions
+from farm.core import cost, keys, limits, preview, versions
 from farm.core.chunking import Measurement, Pool, initial_plan
 from farm.core.errors import FarmError, SpecError
-from farm.core.pipeline import first_phase
+from farm.core.preview import check_preview, preview_frames
 from farm.core.spec import JobSpec
 from farm.core.state import JobState
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
@@ -113,6 +114,7 @@ def store_source(store: Store, source: Path) -> tuple[str, str, bool]:
 
 def _checked_ledger(settings: Settings, spec: JobSpec) -> SubmitLedger:
     """The ledger, reached, once the job's size and its scene's Blender are known to be fine."""
+    check_preview(spec.preview, spec.hold)
     limits.check_chunks(spec.frames.count, spec.chunk_size, settings.max_chunks)
     ledger: SubmitLedger = Ledger.from_url(settings.redis_url)
     ledger.ping()
@@ -156,7 +158,12 @@ def create_job(
         spec = replace(spec, assets_key=manifest_key, missing_assets=missing)
     pool = speeds.render_pool(settings, ledger)
     measured = ledger.measurement(source_key, resolution=str(spec.resolution), samples=spec.samples)
-    chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
+    shown = preview_frames(spec.frames, spec.preview)
+    if shown:  # the preview frames first, then (unless it holds) the rest: farm.core.preview
+        chunks, plan = preview.initial_plan(spec.frames, spec.chunk_size, shown, hold=spec.hold,
+                                            pool=pool, measured=measured)  # fmt: skip
+    else:
+        chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
     limits.check_planned(len(chunks), settings.max_chunks)
     plan = {**plan, **_control_fields(settings, spec, pool, measured, priority, max_cost)}
     if notify:
@@ -186,9 +193,9 @@ def create_job(
         log.info("job %s: waits for %s", job_id, ", ".join(spec.after))
     else:
         dispatch = Dispatcher(make_app(settings), priority_of=lambda _: priority)
-        first = first_phase(spec.kind).phase
-        for chunk in chunks:
-            dispatch.send(first, job_id, chunk.index)
+        # Preview chunks go first, at the top priority (farm.control.preview.send_chunks).
+        record = {"id": job_id, "kind": str(spec.kind), **plan}
+        send_chunks(dispatch, record, ((c.index, c.frames) for c in chunks))
         log.info("job %s: %d chunks sent", job_id, len(chunks))
     return Submitted(
         job_id=job_id,

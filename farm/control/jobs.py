@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from farm.adapters.settings import Settings
 from farm.adapters.store import Store
 from farm.blender import assets
+from farm.control import hold
 from farm.control.intake import check_blender
 from farm.control.rebuild import record_control
 from farm.core import cost, keys
@@ -283,6 +284,8 @@ def resume(
     will pause again at once)."""
     ledger: JobControlLedger = Ledger.from_url(settings.redis_url)
     job = ledger.job_or_fail(job_id)
+    if job.get("state") == JobState.HELD:  # after its preview frames: the rest planned and sent
+        return _release_held(settings, job_id, max_cost), ledger.spend(job_id)
     move = ledger.resume_job(job_id, max_cost)
     if not move.moved:
         hint = ""
@@ -294,6 +297,13 @@ def resume(
     if move.target == JobState.WAITING:
         return 0, ledger.spend(job_id)
     return resend_waiting(settings, ledger, job_id), ledger.spend(job_id)
+
+
+def _release_held(settings: Settings, job_id: str, max_cost: float | None) -> int:
+    ledger = Ledger.from_url(settings.redis_url)
+    dispatch = Dispatcher(make_app(settings), priority_of=ledger.priority)
+    store = Store.from_settings(settings)
+    return hold.release(ledger, store, dispatch, job_id, max_cost=max_cost)
 
 
 def reprioritize(settings: Settings, job_id: str, priority: int) -> int:

@@ -32,9 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from farm.control.preview import send_chunks
 from farm.core import keys
 from farm.core.errors import FarmError, ObjectMissing
-from farm.core.pipeline import first_phase
+from farm.core.preview import HOLD, HOLD_RELEASED, PREVIEW_FRAMES, preview_frames
 from farm.core.spec import JobKind, JobSpec
 from farm.core.state import ENDED, JobState
 from farm.ledger import FrameRecord
@@ -190,13 +191,19 @@ def _claims_seen(names: Iterable[str]) -> dict[int, int]:
     return seen
 
 
-def _cut(frames: list[int], size: int, order: dict[int, int]) -> list[list[int]]:
+def _cut(
+    frames: list[int], size: int, order: dict[int, int], alone: set[int] | None = None
+) -> list[list[int]]:
     """The frames left to render, in the job's order, cut into chunks of `size` that never span
-    a gap (a done chunk's frames between them)."""
+    a gap (a done chunk's frames between them); each frame of `alone` (a preview's) a chunk of
+    its own."""
     chunks: list[list[int]] = []
+    alone = alone or set()
     for frame in frames:
         last = chunks[-1] if chunks else None
-        if last and len(last) < size and order[frame] == order[last[-1]] + 1:
+        if frame in alone or (last and last[-1] in alone):
+            chunks.append([frame])
+        elif last and len(last) < size and order[frame] == order[last[-1]] + 1:
             last.append(frame)
         else:
             chunks.append([frame])
@@ -277,12 +284,17 @@ class JobReader:
             records = _stored_records(store, job_id, pool, names, set(every)) if render else {}
         order = {frame: i for i, frame in enumerate(every)}
         planned = doc.get("chunks") or [[]]
-        size = int(control.get("chunk_size") or spec.chunk_size or len(planned[0]) or 1)
+        asked = str(control.get("chunk_size") or "")  # "auto" while an auto size is pending
+        size = int(asked if asked.isdigit() else 0) or spec.chunk_size or len(planned[0]) or 1
         # Every chunk, done or not, in the video's order, numbered again from 0: a manifest names
         # its segment whatever the chunk's index, and each index's claims count on past every
         # claim the store has seen for it (below), so no new attempt writes an old one's name.
+        shown = preview_frames(spec.frames, spec.preview)
+        holds = spec.hold and not control.get(HOLD_RELEASED)
+        if holds:  # held, or not yet: only its preview frames are planned (farm.control.preview)
+            waiting = [f for f in waiting if f in shown]
         parts = [(m.frames, m.key) for m in done.values()]
-        parts += [(tuple(c), "") for c in _cut(waiting, max(size, 1), order)]
+        parts += [(tuple(c), "") for c in _cut(waiting, max(size, 1), order, alone=set(shown))]
         parts.sort(key=lambda part: order.get(part[0][0], -1) if part[0] else -1)
         chunks = [RestoredChunk(index=i, frames=f, manifest=k) for i, (f, k) in enumerate(parts)]
         claims = _claims_seen(names)
@@ -299,6 +311,16 @@ class JobReader:
             "rebuilt": time.time(),
             **{k: str(v) for k, v in control.items() if k in _CONTROL_FIELDS and v is not None},
         }
+        if control.get("fixes"):  # `farm retry --frames` (farm.control.fixes): what was fixed
+            fields["fixes"] = json.dumps(control["fixes"])
+        if spec.group:  # its siblings (farm.core.siblings), as the ledger's submit wrote it
+            fields["group"] = spec.group.id
+        if shown:  # its preview frames go first; a hold not released holds it again
+            fields[PREVIEW_FRAMES] = json.dumps(list(shown))
+            fields |= {HOLD: "1"} if spec.hold else {}
+            fields |= {"plan_pending": "1"} if holds else {}
+            if holds and fields["state"] == JobState.RUNNING and not waiting:
+                fields["state"] = str(JobState.HELD)
         if spec.after:  # the jobs it waits for, as the ledger's submit wrote them
             fields |= {"after": ",".join(spec.after),
                        "after_mode": "any" if spec.after_any else "done"}  # fmt: skip
@@ -333,7 +355,7 @@ class JobReader:
 
 _CONTROL_FIELDS = ("priority", "max_cost", "chunk_size", "chunk_plan", "est_cost_per_frame",
                    "notify_url", "paused_reason", "paused", "owner", "project",
-                   "released")  # fmt: skip
+                   "released", HOLD_RELEASED)  # fmt: skip
 
 
 # ── the whole ledger ─────────────────────────────────────────────────────────────────────────
@@ -366,7 +388,9 @@ def restore(ledger: RebuildLedger, store: Store, dispatch: Dispatcher | None, jo
         return Found(job_id, "kept")
     log.warning("job %s rebuilt from the store: %d of %d chunks done, %d stored frames kept",
                 job_id, found.chunks_done, found.chunks, found.frames_kept)  # fmt: skip
-    if dispatch is not None and plan["job"]["state"] not in (JobState.PAUSED, JobState.WAITING):
+    if dispatch is not None and plan["job"]["state"] not in (
+        JobState.PAUSED, JobState.WAITING, JobState.HELD
+    ):  # fmt: skip
         _send(ledger, dispatch, job_id, plan["chunks"])
     return found
 
@@ -374,11 +398,10 @@ def restore(ledger: RebuildLedger, store: Store, dispatch: Dispatcher | None, jo
 def _send(
     ledger: RebuildLedger, dispatch: Dispatcher, job_id: str, chunks: list[RestoredChunk]
 ) -> None:
-    kind = JobKind.parse(ledger.job(job_id)["kind"])
-    phase = first_phase(kind).phase
-    for chunk in chunks:
-        if not chunk.manifest:
-            dispatch.send(phase, job_id, chunk.index)
+    # A preview's chunks first, at the top priority (farm.control.preview).
+    send_chunks(
+        dispatch, ledger.job(job_id), ((c.index, c.frames) for c in chunks if not c.manifest)
+    )
     if ledger.try_start_stitch(job_id):
         dispatch.stitch(job_id)
 

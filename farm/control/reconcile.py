@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from farm.control.depends import settle
+from farm.control.hold import settle_holds
 from farm.control.projects import Projects
 from farm.control.rebuild import (
     MarkWatch,
@@ -74,6 +75,8 @@ class Pass:
     """Waiting jobs whose parents are done (or ended, `--after-any`), queued and sent."""
     chain_cancelled: dict[str, str] = field(default_factory=dict)
     """Waiting jobs cancelled because a parent failed or was cancelled, with why."""
+    held: list[str] = field(default_factory=list)
+    """Jobs with `--hold` whose preview frames are done, moved to held (farm.control.preview)."""
 
 
 class Reconciler:
@@ -299,11 +302,17 @@ class Reconciler:
         result.released += settled.released
         result.chain_cancelled |= settled.cancelled
 
+    def settle_holds(self, result: Pass) -> None:
+        """Jobs with `--hold` whose preview frames are done: held, the rest estimated from
+        their timings; a release cut short is finished (farm.control.preview)."""
+        held, _ = settle_holds(self.ledger, self.store, self.dispatch)
+        result.held += held
+
     def run_once(self) -> Pass:
         """One pass; a step that fails is logged and the others still run."""
         result = Pass()
         steps = [self.check_ledger, self.record_ended, self.expire_leases, self.open_gates,
-                 self.settle_waiting]  # fmt: skip
+                 self.settle_waiting, self.settle_holds]  # fmt: skip
         if time.monotonic() >= self._next_orphan_sweep:
             self._next_orphan_sweep = time.monotonic() + self.orphan_after_s / 4
             steps.append(self.resend_orphans)
@@ -332,7 +341,7 @@ class Reconciler:
                 result = self.run_once()
                 if any((result.requeued, result.failed, result.stitched, result.resent,
                         result.aborted, result.rebuilt, result.paused, result.released,
-                        result.chain_cancelled)):  # fmt: skip
+                        result.chain_cancelled, result.held)):  # fmt: skip
                     log.info("reconcile: %s", result)
             except Exception:  # never let one bad pass end the reconciler
                 log.exception("reconcile pass failed, will retry")

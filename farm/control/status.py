@@ -1,9 +1,10 @@
 """A job as `farm status --json` and the API show it: farm.core.report's summary with its
-priority, pause reason, cost and settings, owner and project, and its chain (the jobs it waits
-for and those that wait for it) among them."""
+priority, pause reason, cost and settings, owner and project, its chain (the jobs it waits
+for and those that wait for it) and its siblings (`farm submit --each`) among them."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 
 from farm.control.depends import chain
@@ -21,6 +22,7 @@ class StatusLedger(Protocol):
     def spend(self, job_id: str, job: dict[str, str] | None = None) -> Spend: ...
     def job_fields(self, job_ids: list[str], *names: str) -> list[tuple[str, ...]]: ...
     def children(self, job_id: str) -> list[str]: ...
+    def group(self, group_id: str) -> list[str]: ...
 
 
 def job_status(
@@ -44,7 +46,27 @@ def job_status(
         return summary
     summary["settings"] = _settings(summary["spec"])
     summary |= chain(ledger, None, job)  # the jobs it waits for, and those that wait for it
+    summary["siblings"] = siblings(ledger, job)
     return summary
+
+
+def siblings(ledger: StatusLedger, job: dict[str, str]) -> list[dict[str, str]]:
+    """The other jobs of the job's `farm submit --each` group, oldest first: {id, state, member}
+    (the view layer or camera each renders); none for a job submitted alone."""
+    group_id, job_id = job.get("group", ""), job.get("id", "")
+    if not group_id:
+        return []
+    others = [other for other in ledger.group(group_id) if other != job_id]
+    found = []
+    for other, (state, spec) in zip(
+        others, ledger.job_fields(others, "state", "spec") if others else [], strict=True
+    ):
+        try:
+            member = str((json.loads(spec or "{}").get("group") or {}).get("member", ""))
+        except ValueError:  # a record from an older farm
+            member = ""
+        found.append({"id": other, "state": state or "gone", "member": member})
+    return found
 
 
 def _settings(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:

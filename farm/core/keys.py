@@ -182,6 +182,12 @@ def output_key(job_id: str, ext: str = "mp4") -> str:
     return f"jobs/{job_id}/output.{ext}"
 
 
+def output_version_key(job_id: str, version: int, ext: str = "mp4") -> str:
+    """An earlier output of the job, kept when `farm retry --frames` fixed frames of it:
+    `output.v1.mp4` beside `output.mp4` (the newest); version 1 is the first video made."""
+    return f"jobs/{job_id}/output.v{version}.{ext}"
+
+
 # ── Redis ─────────────────────────────────────────────────────────────────────────────────────
 def r_live_jobs() -> str:
     """Jobs not yet ended, by submit time: what the reconciler watches, however many jobs the
@@ -193,6 +199,12 @@ def r_children(job_id: str) -> str:
     """The jobs that wait for this one (`farm submit --after`), by submit time: what its status
     shows (farm.control.depends); each child's own record names its parents."""
     return f"{REDIS_PREFIX}:children:{job_id}"
+
+
+def r_group(group_id: str) -> str:
+    """The jobs one `farm submit --each` made (farm.core.siblings), by submit time: what each
+    one's status lists as its siblings; each job's own record names its group."""
+    return f"{REDIS_PREFIX}:group:{group_id}"
 
 
 def r_live_jobs_seeded() -> str:

@@ -20,12 +20,13 @@ JOB_EVENTS: dict[str, str] = {
     JobState.FAILED: "job.failed",
     JobState.CANCELLED: "job.cancelled",
     JobState.PAUSED: "job.paused",
+    JobState.HELD: "job.held",
 }
 """Job states whose arrival is announced, and the event's name. A new state to announce is one
 entry here."""
 BUDGET_EVENT = "job.budget"
 """A pause the budget made (its reason starts with `budget:`), told apart from a user's pause."""
-STAMP_FIELDS: dict[str, str] = {JobState.PAUSED: "paused"}
+STAMP_FIELDS: dict[str, str] = {JobState.PAUSED: "paused", JobState.HELD: "held"}
 """The job field that dates each arrival (default `finished`): one notice per arrival."""
 
 

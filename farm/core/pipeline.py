@@ -203,9 +203,12 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset(
         {JobState.RUNNING, JobState.FAILED, JobState.CANCELLED, JobState.PAUSED}
     ),
+    # A job with `--hold` stops once its preview frames are done (farm.control.preview).
     JobState.RUNNING: frozenset(
-        {JobState.STITCHING, JobState.FAILED, JobState.CANCELLED, JobState.PAUSED}
+        {JobState.STITCHING, JobState.FAILED, JobState.CANCELLED, JobState.PAUSED, JobState.HELD}
     ),
+    # `farm resume` releases a held job: the rest is planned and sent.
+    JobState.HELD: frozenset({JobState.RUNNING, JobState.CANCELLED}),
     # A paused job that was never released goes back to waiting (farm.control.jobs.resume).
     JobState.PAUSED: frozenset(
         {JobState.RUNNING, JobState.WAITING, JobState.FAILED, JobState.CANCELLED}

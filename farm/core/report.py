@@ -15,7 +15,9 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.segment import Segment
 from rich.table import Table
 
+from farm.core import preview
 from farm.core.cost import money
+from farm.core.fixes import frames_text
 from farm.core.pipeline import running_states
 from farm.core.state import ENDED
 
@@ -97,6 +99,7 @@ def job_summary(
         "chunk_plan": job.get("chunk_plan", ""),
         "error": job.get("error", ""),
         "spec": spec,
+        "group": spec.get("group") or None,
         "created": created,
         "elapsed_s": elapsed,
         "paused_s": paused,
@@ -104,8 +107,68 @@ def job_summary(
         "active_s": None if elapsed is None else round(max(elapsed - paused - waited, 0.0), 2),
         "first_frame_s": _since(created, job.get("first_frame_at")),
         "first_thumbnail_s": _since(created, job.get("first_thumbnail_at")),
+        "fixes": _fixes(job),
+        "flagged": _flagged(chunks),
+        "preview": preview_summary(job, chunks),
         "chunks": chunk_list,
     }
+
+
+def _fixes(job: dict[str, str]) -> list[dict[str, Any]]:
+    """The job's frame fixes (farm.core.fixes.Fix as JSON), oldest first."""
+    try:
+        found = json.loads(job.get("fixes") or "[]")
+    except ValueError:
+        return []
+    return [f for f in found if isinstance(f, dict)] if isinstance(found, list) else []
+
+
+def _flagged(chunks: list[dict[str, str]]) -> dict[str, str]:
+    """Frames `--check-frames` flagged (the chunks' `flagged` fields), frame -> why, in order."""
+    found: dict[int, str] = {}
+    for chunk in chunks:
+        try:
+            flags = json.loads(chunk.get("flagged") or "{}")
+        except ValueError:
+            continue
+        if isinstance(flags, dict):
+            found |= {int(f): str(why) for f, why in flags.items() if str(f).isdigit()}
+    return {str(f): found[f] for f in sorted(found)}
+
+
+def flagged_lines(summary: dict[str, Any]) -> list[str]:
+    """The frames `--check-frames` flagged, and the command that renders them again."""
+    flagged = summary.get("flagged") or {}
+    if not flagged:
+        return []
+    named = ", ".join(f"{f} ({why})" for f, why in flagged.items())
+    fix = f"farm retry {summary['id']} --frames {frames_text(int(f) for f in flagged)}"
+    return [f"flagged frames {named}", f"        fix them: {fix}"]
+
+
+def fixed_text(job_id: str, fix: dict[str, Any], waiting: list[int]) -> str:
+    """What `farm retry --frames` says, in both modes."""
+    frames = frames_text(fix.get("frames", ()))
+    kept = f"; the video so far is kept as version {fix['version']}" if fix.get("version") else ""
+    return (
+        f"fixing {job_id} frames {frames} ({fix.get('reason', '')}): chunks "
+        f"{', '.join(map(str, fix.get('chunks', ())))} render them again and encode their "
+        f"segments again{kept}; {len(waiting)} chunks waiting"
+    )
+
+
+def fix_lines(summary: dict[str, Any]) -> list[str]:
+    """Each fix of the job's frames (when, by whom, why) and the video versions it kept."""
+    lines = []
+    for fix in summary.get("fixes", ()):
+        at = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(fix.get("at") or 0)))
+        frames = frames_text(fix.get("frames", ()))
+        lines.append(f"fixed   frames {frames} at {at} by {fix.get('by', '')}: "
+                     f"{fix.get('reason', '')}")  # fmt: skip
+        if fix.get("version"):
+            lines.append(f"version {fix['version']} {fix.get('version_key', '')} (before frames "
+                         f"{frames} were fixed; `fetch --version {fix['version']}`)")  # fmt: skip
+    return lines
 
 
 def paused_s(job: dict[str, str], now: float, *, running: bool = False) -> float:
@@ -235,6 +298,10 @@ def status_table(summary: dict[str, Any]) -> Group:
     if summary.get("cost"):
         lines.append(cost_line(summary))
     lines += chain_lines(summary)
+    lines += group_lines(summary)
+    lines += preview_lines(summary)
+    lines += fix_lines(summary)
+    lines += flagged_lines(summary)
     if summary.get("paused_reason"):
         lines.append(f"paused  {summary['paused_reason']}")
     if summary["error"]:
@@ -251,6 +318,52 @@ def status_table(summary: dict[str, Any]) -> Group:
                       c["worker"], error)  # fmt: skip
     lines.append(table)
     return Group(*lines)
+
+
+def preview_summary(job: dict[str, str], chunks: list[dict[str, str]]) -> dict[str, Any] | None:
+    """A previewed job's preview (`farm submit --preview N [--hold]`): its frames, those stored,
+    the chunks that render them, whether it holds after them, is held now or was released, and
+    the estimate of the rest from their timings. None for a job without a preview."""
+    shown = preview.frames_of(job)
+    if not shown:
+        return None
+    wanted = set(shown)
+    ran = [c for c in chunks if (f := json.loads(c.get("frames") or "[]")) and set(f) <= wanted]
+    done = [f for c in ran if c.get("state") == "done" for f in json.loads(c["frames"])]
+    return {
+        "frames": shown,
+        "frames_done": sorted(done),
+        "chunks": sorted(int(c.get("index", 0)) for c in ran),
+        "hold": job.get(preview.HOLD) == "1",
+        "held": job.get("state") == "held",
+        "released": bool(job.get(preview.HOLD_RELEASED)),
+        "rest_estimate": json.loads(job.get(preview.REST_ESTIMATE) or "{}") or None,
+    }
+
+
+def preview_lines(summary: dict[str, Any]) -> list[str]:
+    """The preview's frames and, for a held job, how to render the rest and what it would take."""
+    shown = summary.get("preview")
+    if not shown:
+        return []
+    frames = ", ".join(str(f) for f in shown["frames"])
+    lines = [f"preview frames {frames} first: {len(shown['frames_done'])}/"
+             f"{len(shown['frames'])} done"]  # fmt: skip
+    if shown["held"]:
+        lines.append(f"held: `farm resume {summary['id']}` renders the rest "
+                     f"(`farm cancel {summary['id']}` drops it)")  # fmt: skip
+        est = shown.get("rest_estimate")
+        if est:
+            lines.append(
+                f"the rest  {est['frames']} frames in {est['chunks']} chunks, about "
+                f"{terminal_clock(est['time_s'])} and {money(est['cost'])} (from the preview's "
+                f"{est['frame_s']:.2f} s a frame)"
+            )
+        else:
+            lines.append("the rest  no estimate: the preview's timings are not known")
+    elif shown["hold"] and not shown["released"]:
+        lines.append("holds after its preview frames (`farm resume` renders the rest then)")
+    return lines
 
 
 def chain_lines(summary: dict[str, Any]) -> list[str]:
@@ -272,15 +385,38 @@ def chain_lines(summary: dict[str, Any]) -> list[str]:
     return [printable(line) for line in lines]
 
 
+def group_lines(summary: dict[str, Any]) -> list[str]:
+    """`farm status`: the `--each` group the job is one of, what it renders, and its siblings."""
+    group = summary.get("group")
+    if not group:
+        return []
+    lines = [f"group   {group['id']}: one job per {group['each']}, this one {group['member']}"]
+    if siblings := summary.get("siblings"):
+        listed = ", ".join(f"{s['id']} ({s['member']}, {s['state']})" for s in siblings)
+        lines.append(f"siblings {listed}")
+    return [printable(line) for line in lines]
+
+
 def jobs_table(rows: list[dict[str, Any]]) -> Table:
+    """`farm jobs`: a sibling of `farm submit --each` shows what it renders and its group (the
+    end of the group's id, which `farm status` shows whole)."""
+    grouped = any(row.get("group") for row in rows)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for name in ("job", "kind", "state", "chunks", "frames", "source", "cost", "wasted"):
+    names = ("job", "kind", "state", "chunks", "frames", "source", *(("group",) if grouped else ()),
+             "cost", "wasted")  # fmt: skip
+    for name in names:
         table.add_column(name, justify="right" if name in ("cost", "wasted") else "left")
     for row in rows:
         spent = row.get("cost") or {}
+        group = row.get("group") or {}
+        source = row["spec"].get("source_name", "")
+        if group:
+            source = f"{source} ({group.get('member', '')})"
+        # The group's own part of its id (g-…-3fa9c1): the whole one would squeeze the job ids.
+        shown = (str(group.get("id", "")).rsplit("-", 1)[-1] if group else "",) if grouped else ()
         table.add_row(row["id"], row["kind"], row["state"],
                       f"{row['chunks_done']}/{row['chunks_total']}", str(row["frames_total"]),
-                      row["spec"].get("source_name", ""),
+                      printable(source), *shown,
                       money(spent.get("spent", 0.0)), money(spent.get("wasted", 0.0)))  # fmt: skip
     return table
 

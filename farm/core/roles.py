@@ -102,6 +102,7 @@ _WORKER_READ_ONLY = (
     f"{REDIS_PREFIX}:jobs:live*",
     f"{REDIS_PREFIX}:ledger:*",
     f"{REDIS_PREFIX}:children:*",  # which jobs wait for which: the control plane's to write
+    f"{REDIS_PREFIX}:group:*",  # `farm submit --each` siblings: the control plane's to write
     # The projects, whose queues it consumes and sends work to again, and their jobs' lists.
     f"{REDIS_PREFIX}:project*",
 )

@@ -48,6 +48,8 @@ class SceneInfo:
     recorded."""
     file_extension: bool = True
     """The Output panel's File Extensions switch (use_file_extension)."""
+    marker_cameras: tuple[str, ...] = ()
+    """Cameras the timeline's markers switch to (Bind Camera to Markers), in frame order."""
 
     @property
     def rate(self) -> Fraction:
@@ -65,11 +67,14 @@ class SceneInfo:
         data = asdict(self)
         data["view_layers"] = list(self.view_layers)
         data["cameras"] = list(self.cameras)
+        data["marker_cameras"] = list(self.marker_cameras)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SceneInfo:
-        tuples = {name: tuple(data.get(name, ())) for name in ("view_layers", "cameras")}
+        tuples = {
+            name: tuple(data.get(name, ())) for name in ("view_layers", "cameras", "marker_cameras")
+        }
         return cls(**{**data, **tuples})
 
 

@@ -110,6 +110,29 @@ class Resolution:
         return f"{self.width}x{self.height}"
 
 
+class Each(StrEnum):
+    """What `farm submit --each` makes one job of."""
+
+    VIEW_LAYER = "view-layer"
+    """Each view layer the scene renders: the job renders that layer alone."""
+    CAMERA = "camera"
+    """Each camera (`--each camera`, `--cameras A,B`): the job renders through that camera only,
+    whatever the timeline's markers switch to."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Group:
+    """The siblings one `farm submit --each` made of one scene (farm.core.siblings)."""
+
+    id: str
+    """Shared by the siblings: g-20261206-101500-3fa9c1."""
+    each: Each
+    member: str
+    """The view layer or camera this sibling renders, as the scene names it."""
+    label: str
+    """`member` as a plain file name, distinct among the siblings: the video's name on fetch."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """A validated render job. Everything past the CLI trusts these values."""
@@ -151,6 +174,19 @@ class JobSpec:
     `waiting`, nothing of it sent, until they are done (or, with `after_any`, ended)."""
     after_any: bool = False
     """`--after-any`: run once every parent has ended, however it ended."""
+    preview: int = 0
+    """`--preview N`: N frames spread over the range (farm.core.preview) render first, at the
+    farm's top priority, each a chunk of its own; 0: no preview."""
+    hold: bool = False
+    """`--hold`: the job stops `held` once its preview frames are done; `farm resume` renders the
+    rest. Only with a preview."""
+    view_layer: str | None = None
+    """`--each view-layer`: render this view layer alone; None: every layer the scene renders."""
+    group: Group | None = None
+    """`--each`: the siblings this job is one of; None for a job submitted alone."""
+    check_frames: bool = False
+    """`--check-frames`: each segment's encode flags frames that are black or one flat colour
+    (farm.media.framecheck), for `farm retry --frames` to fix."""
 
     @property
     def rate(self) -> Fraction:
@@ -168,6 +204,8 @@ class JobSpec:
         data["kind"] = str(self.kind)
         data["codec"] = str(self.codec)
         data["encoder"] = str(self.encoder)
+        if self.group is not None:
+            data["group"]["each"] = str(self.group.each)
         return data
 
     @classmethod
@@ -194,7 +232,19 @@ class JobSpec:
             trusted_scripts=bool(data.get("trusted_scripts", False)),
             after=tuple(str(j) for j in data.get("after", ())),
             after_any=bool(data.get("after_any", False)),
+            preview=int(data.get("preview", 0)),
+            hold=bool(data.get("hold", False)),
+            view_layer=data.get("view_layer"),
+            group=_group(data.get("group")),
+            check_frames=bool(data.get("check_frames", False)),
         )
+
+
+def _group(data: dict[str, Any] | None) -> Group | None:
+    if not data:
+        return None
+    return Group(id=str(data["id"]), each=Each(data["each"]), member=str(data["member"]),
+                 label=str(data["label"]))  # fmt: skip
 
 
 BLENDER_MAX_FRAME = 1_048_574
@@ -408,6 +458,8 @@ def provenance(spec: JobSpec) -> dict[str, dict[str, Any]]:
             ("blender_version", scene.blender_version),
         ):
             shown[name] = {"value": value, "from": "scene"}
+    if spec.view_layer is not None:
+        shown["view_layer"] = {"value": spec.view_layer, "from": "flag"}
     shown["scripts"] = {
         "value": "run (trusted)" if spec.trusted_scripts else "not run",
         "from": "flag" if spec.trusted_scripts else "default",

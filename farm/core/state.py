@@ -22,6 +22,9 @@ class JobState(StrEnum):
     """A chunk spent its failure budget or the stitch failed; see the job's error."""
     CANCELLED = "cancelled"
     """Stopped by a user; finished frames are kept for a retry."""
+    HELD = "held"
+    """Its preview frames are done (`farm submit --preview N --hold`); the rest is not planned,
+    sent or charged until `farm resume` releases it (farm.control.preview)."""
     PAUSED = "paused"
     """No new chunk starts (`farm pause`, or the budget would be passed; see the job's
     `paused_reason`); running chunks finish and every frame is kept. `farm resume` continues."""

@@ -57,6 +57,7 @@ class JobRecords(Outbox):
                     "kind": str(spec.kind),
                     "state": str(state),
                     **(after if spec.after else {}),
+                    **({"group": spec.group.id} if spec.group else {}),
                     "spec": json.dumps(spec.to_json()),
                     "source_key": source_key,
                     "chunks_total": len(chunk_list),
@@ -87,6 +88,8 @@ class JobRecords(Outbox):
             pipe.zadd(keys.r_jobs(), {job_id: now})
             for parent in spec.after:  # what a parent's status lists as its children
                 pipe.zadd(keys.r_children(parent), {job_id: now})
+            if spec.group:  # what its siblings' status lists
+                pipe.zadd(keys.r_group(spec.group.id), {job_id: now})
             if project := (plan or {}).get("project"):  # what its quota is summed over
                 pipe.zadd(keys.r_project_jobs(project), {job_id: now})
             pipe.zadd(keys.r_live_jobs(), {job_id: now})  # after its record: read, it is whole
@@ -105,6 +108,12 @@ class JobRecords(Outbox):
         """The jobs that wait (or waited) for this one, oldest first."""
         with wrapped("read the job's children"):
             found: list[str] = self.r.zrange(keys.r_children(job_id), 0, -1)
+        return found
+
+    def group(self, group_id: str) -> list[str]:
+        """The jobs of one `farm submit --each`, oldest first."""
+        with wrapped("read the job's group"):
+            found: list[str] = self.r.zrange(keys.r_group(group_id), 0, -1)
         return found
 
     def move_job(self, job_id: str, target: JobState, **fields: Any) -> Move:
@@ -193,6 +202,34 @@ class JobRecords(Outbox):
             )  # fmt: skip
         return bool(moved)
 
+    def fix_frames(
+        self, job_id: str, *, frames: list[int], chunks: list[int], fields: dict[str, Any]
+    ) -> bool:
+        """A done job's `frames` fixed in place (`farm retry --frames`, farm.control.fixes): back
+        to running with `fields`, the `chunks` that hold the frames queued again (only their
+        segments are made again), the frames' records dropped so those chunks render them and
+        reuse the rest, and the completed early upload forgotten. False when the job or one of
+        the chunks is no longer done (nothing changed)."""
+        total = int(self.job(job_id).get("chunks_total") or 0)
+        entry = json.dumps({"t": round(time.time(), 3), "event": "frames-fixed",
+                            "frames": frames, "chunks": chunks})  # fmt: skip
+        with wrapped("fix the job's frames"):
+            moved = self.scripts.fix_frames(
+                keys=[keys.r_job(job_id), keys.r_frames(job_id), keys.r_events(job_id),
+                      keys.r_live_jobs(), *(keys.r_chunk(job_id, i) for i in range(total))],
+                args=[JobState.DONE, JobState.RUNNING, ChunkState.DONE, ChunkState.QUEUED,
+                      f"{time.time():.3f}", entry, EARLY_PART, EARLY_UPLOAD, json.dumps(frames),
+                      json.dumps(chunks), json.dumps(fields), job_id],
+            )  # fmt: skip
+        if moved:
+            self.announce(job_id, JobState.RUNNING)  # webhooks; never raises
+        return bool(moved)
+
+    def set_job_fields(self, job_id: str, **fields: str) -> None:
+        """Plain fields of the job's record (a fix's record on a failed job, before its retry)."""
+        with wrapped("record the job's fields"):
+            self.r.hset(keys.r_job(job_id), mapping=fields)
+
     def cost_record(self, job_id: str) -> dict[str, str]:
         """The job's metered cost hash (see cost.job_cost)."""
         with wrapped("read the job's cost"):
@@ -211,7 +248,10 @@ class JobRecords(Outbox):
         with wrapped("count frames"):
             frames = int(self.r.hlen(keys.r_frames(job_id)))
         total, chunks = int(job.get("frames_total", 0)), int(job.get("chunks_total", 0) or 0)
-        by_chunks = int(job.get("chunks_done", 0)) * total // chunks if chunks else 0
+        # Not while the rest of the plan is pending (a probe wave, a held preview): the chunks
+        # so far hold a share of the frames only.
+        whole = chunks and job.get("plan_pending") != "1"
+        by_chunks = int(job.get("chunks_done", 0)) * total // chunks if whole else 0
         return min(max(frames, by_chunks), total)
 
     def spend(self, job_id: str, job: dict[str, str] | None = None) -> cost.Spend:

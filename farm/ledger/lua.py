@@ -68,6 +68,7 @@ class Scripts:
     drop_ended: Script
     field_once: Script
     remake_chunk: Script
+    fix_frames: Script
     forget_early_upload: Script
     push_notice: Script
     claim_notices: Script

@@ -106,6 +106,8 @@ class RestoreRecords(Outbox):
                 pipe.zadd(keys.r_jobs(), {job_id: submitted})
                 for parent in filter(None, job.get("after", "").split(",")):
                     pipe.zadd(keys.r_children(parent), {job_id: submitted})  # its parents' lists
+                if group := job.get("group"):  # its siblings' lists
+                    pipe.zadd(keys.r_group(group), {job_id: submitted})
                 if project := job.get("project"):  # its spend counts against its quota again
                     pipe.zadd(keys.r_project_jobs(project), {job_id: submitted})
                 pipe.zadd(keys.r_live_jobs(), {job_id: submitted})

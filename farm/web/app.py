@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from farm.adapters.store import Store
 from farm.control.depends import chain
+from farm.control.status import siblings
 from farm.control.users import TokenRefused, User
 from farm.core import keys
 from farm.core.access import Action, allowed
@@ -277,6 +278,7 @@ class FarmWeb:
         files = actor is None or allowed(actor.role, Action.LOGS, owner=owner, user=actor.name)
         chunks = self.ledger.chunks(job)
         summary = job_summary(record, chunks) | chain(self.ledger, self.store, record)
+        summary["siblings"] = siblings(self.ledger, record)  # farm submit --each
         times = {
             int(c.get("index", 0)): (_t(c.get("started")), _t(c.get("finished"))) for c in chunks
         }
@@ -289,9 +291,11 @@ class FarmWeb:
             name = key.rsplit("/", 1)[-1]
             if m := _LOG_NAME.match(name):
                 logs.setdefault(int(m.group(1)), []).append(name)
+        have = set(frames)  # its preview frames first, for a person to judge (--preview)
+        shown = [f for f in (summary.get("preview") or {}).get("frames", []) if f in have]
         html = jobpage.job_page(
             summary, chunk_times=times, thumbs=frames[-12:], logs=logs,
-            cost=self._cost(job, record), now=time.time(), files=files,
+            cost=self._cost(job, record), now=time.time(), files=files, preview=shown,
         )  # fmt: skip
         return "200 OK", HTML, html.encode(), []
 

@@ -91,6 +91,7 @@ _PAGES = Environment(
 _PAGES.filters.update(
     clock=clock,
     money=money,
+    dollars=cost_money,
     share=_share,
     utc=_utc,
     log_label=_log_label,
@@ -124,8 +125,10 @@ def job_page(
     cost: Cost | None,
     now: float | None = None,
     files: bool = True,
+    preview: list[int] | None = None,
 ) -> str:
-    """One job: its latest frames as thumbnails, a per-chunk timeline and the video when done.
+    """One job: its preview frames (`--preview`) and latest frames as thumbnails, a per-chunk
+    timeline and the video when done. `preview`: the preview frames that have a thumbnail.
     `chunk_times`: (started, finished) per chunk; `thumbs`: frame numbers that have one;
     `logs`: each chunk's attempt log names; `files`: whether the video and the logs are linked
     (a user logged in sees those of their own jobs, or all as a wrangler)."""
@@ -146,7 +149,8 @@ def job_page(
             "error": c["error"].splitlines()[0][:300] if c["error"] else "",
         })  # fmt: skip
     page = _PAGES.get_template("job.html")
-    return page.render(s=summary, cost=cost, thumbs=thumbs, chunks=chunks, files=files)
+    return page.render(s=summary, cost=cost, thumbs=thumbs, chunks=chunks, files=files,
+                       preview=preview or [])  # fmt: skip
 
 
 def not_found(what: str) -> str:

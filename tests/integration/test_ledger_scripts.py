@@ -56,6 +56,8 @@ def _walk(ledger: Ledger, job_id: str) -> dict[str, Any]:
     seen["remade"] = ledger.remake_chunk(job_id, 0, "its segment is gone", ChunkState.RENDERED)
     seen["early upload forgotten"] = ledger.forget_early_upload(job_id, "u1")
     seen["claims raised"] = ledger.raise_claims(job_id, {0: 99})
+    # Frames are fixed only in a done job: a cancelled one is left as it is.
+    seen["frames fixed"] = ledger.fix_frames(job_id, frames=[1], chunks=[0], fields={})
     seen["marked"] = ledger.advance_mark(None) is not None
     seen["live"] = job_id in ledger.live_job_ids()
     return seen
@@ -102,6 +104,7 @@ def test_the_scripts_go_by_evalsha_and_survive_a_script_flush(ledger: Ledger) ->
         "remade": True,
         "early upload forgotten": True,
         "claims raised": 1,
+        "frames fixed": False,
         "marked": True,
         "live": False,
     }

@@ -185,6 +185,9 @@ class FakeLedger:
     def children(self, job_id: str) -> list[str]:
         return []
 
+    def group(self, group_id: str) -> list[str]:
+        return []
+
 
 def test_the_events_say_each_change_keep_alive_and_end_with_the_job() -> None:
     now = [0.0]

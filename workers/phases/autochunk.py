@@ -11,6 +11,7 @@ import logging
 
 from farm.core import chunking
 from farm.core.pipeline import Phase
+from farm.core.preview import frames_of, hold_pending, rest_chunks
 from farm.core.spec import JobSpec
 from farm.ledger import speeds
 from farm.ledger.ports import AutochunkLedger
@@ -33,8 +34,11 @@ def plan_rest(
     """Plan and send the rest of the job if its plan is still pending; true if this call did."""
     ledger: AutochunkLedger = ctx.ledger
     job = ledger.job(job_id)
-    if job.get("plan_pending") != "1":
-        return False
+    if job.get("plan_pending") != "1" or hold_pending(job):
+        return False  # planned already, or the rest waits for `farm resume` (farm.control.preview)
+    shown = frames_of(job)
+    if shown:
+        return _plan_after_preview(ctx, job_id, spec, saved_s, shown, int(job["chunks_total"]))
     if saved_s:
         m = chunking.measure_saved_times(saved_s, f"probe chunk {index} of {job_id}")
         ledger.save_measurement(
@@ -60,4 +64,29 @@ def plan_rest(
         for chunk in rest:
             ctx.dispatch.send(Phase.RENDER, job_id, chunk.index)
         log.info("job %s: %d more chunks of %d frames", job_id, len(rest), choice.chunk_size)
+    return won
+
+
+def _plan_after_preview(
+    ctx: WorkerContext,
+    job_id: str,
+    spec: JobSpec,
+    saved_s: list[float],
+    shown: list[int],
+    planned: int,
+) -> bool:
+    """The rest of an auto-sized job with a preview, from the first preview frame's time: one
+    frame cannot tell start-up from rendering (S is taken as 0, F as the whole), which errs toward
+    smaller chunks; it is not kept for later jobs of the scene for that reason."""
+    m = chunking.measure_saved_times(saved_s, f"preview of {job_id}") if saved_s else FALLBACK
+    pool = speeds.render_pool(ctx.settings, ctx.ledger)
+    left = spec.frames.count - len(shown)
+    choice = chunking.choose_chunk_size(frames=max(left, 1), m=m, pool=pool)
+    rest = rest_chunks(spec.frames, shown, choice.chunk_size, start=planned)
+    won = ctx.ledger.plan_rest(job_id, after=planned, chunks=list(rest),
+                               chunk_size=choice.chunk_size, reason="auto: " + choice.reason)  # fmt: skip
+    if won:
+        for chunk in rest:
+            ctx.dispatch.send(Phase.RENDER, job_id, chunk.index)
+        log.info("job %s: %d more chunks after its preview", job_id, len(rest))
     return won

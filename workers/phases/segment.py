@@ -5,6 +5,7 @@ The manifest (frames, sizes, checksums, frame count, segment, encoder) is what m
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -17,6 +18,7 @@ from farm.core import keys
 from farm.core.errors import FramesMissing, NotHere, ObjectMissing, PermanentError
 from farm.core.spec import fps_fraction
 from farm.ledger import FrameRecord
+from farm.media import framecheck
 from farm.media.ffgraph import SOFTWARE, EncodeSettings, choose_encoder, frames_to_segment_argv
 from farm.media.probe import probe_streams
 from workers.attempt.context import WorkerContext
@@ -25,6 +27,10 @@ from workers.host.box import media_box
 from workers.phases import s3join
 
 log = logging.getLogger(__name__)
+
+FLAGGED = "flagged"
+"""The chunk field `--check-frames` fills: JSON frame -> why it looks broken (black, one flat
+colour); its manifest keeps the same under `flagged`."""
 
 
 def _linked(local: Path, target: Path) -> bool:
@@ -112,6 +118,63 @@ def job_encoder(
     raise NotHere(f"job {job_id}'s segments are {chosen}: this worker has no NVENC")
 
 
+def check_frames(attempt: ChunkAttempt, seq_dir: Path, frames: list[int]) -> dict[int, str]:
+    """`--check-frames`: the chunk's frames that are black or one flat colour, read by ffmpeg's
+    signalstats from the frames laid out for the encode, and, for a scene that writes EXR, those
+    whose master holds NaN (farm.media.framecheck), each with why. Frames the stats leave out are
+    logged as not checked."""
+    ctx = attempt.ctx
+    stats = attempt.workspace / "framestats.txt"
+    argv = framecheck.stats_argv(
+        ffmpeg_bin=ctx.settings.ffmpeg, pattern=seq_dir / "%06d.png", stats=stats
+    )
+    box = media_box(ctx.settings, writable=(attempt.workspace,))
+    attempt.run_child(argv, what="ffmpeg (frame check)", box=box)
+    text = stats.read_text("utf-8", "replace") if stats.is_file() else ""
+    flags, unchecked = framecheck.flagged(frames, text)
+    if unchecked:
+        log.warning("job %s chunk %d: frames %s were not checked (no stats for them)",
+                    attempt.job_id, attempt.index, unchecked)  # fmt: skip
+    scene = attempt.spec.scene
+    if scene is not None and scene.file_format in framecheck.EXR_FORMATS:
+        for frame in frames:
+            if nans := _master_nans(attempt, frame):
+                flags[frame] = f"{framecheck.NAN} ({nans} values)"
+    return flags
+
+
+def _master_nans(attempt: ChunkAttempt, frame: int) -> int:
+    """NaN values in the frame's EXR master: the copy this worker rendered, else the recorded
+    writer's in the store; decoded by ffmpeg in its box, counted here. 0 without a master."""
+    ctx, job_id = attempt.ctx, attempt.job_id
+    name = f"frame_{frame:06d}.exr"
+    work = attempt.workspace / "nan"
+    work.mkdir(exist_ok=True)
+    master = work / name
+    record = attempt.records.get(frame)
+    if not _linked(ctx.job_dir(job_id) / "frames" / name, master):
+        master.unlink(missing_ok=True)
+        try:
+            ctx.store.get_file(
+                keys.master_key(job_id, frame, name, record and record.writer), master
+            )
+        except ObjectMissing:
+            return 0
+    raw = work / "planes.raw"
+    argv = framecheck.floats_argv(ffmpeg_bin=ctx.settings.ffmpeg, source=master, out=raw)
+    box = media_box(ctx.settings, writable=(attempt.workspace,))
+    try:
+        attempt.run_child(argv, what="ffmpeg (NaN check)", box=box)
+        return framecheck.nan_count(raw)
+    except PermanentError as exc:  # a check must never fail the chunk it checks: said, skipped
+        log.warning("job %s frame %d: its EXR master was not checked for NaN: %s",
+                    job_id, frame, exc)  # fmt: skip
+        return 0
+    finally:
+        raw.unlink(missing_ok=True)
+        master.unlink(missing_ok=True)
+
+
 def segment_chunk(attempt: ChunkAttempt) -> Outcome:
     """Frames -> verified segment -> upload; the manifest is written last by the attempt."""
     ctx, job_id, index = attempt.ctx, attempt.job_id, attempt.index
@@ -139,6 +202,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
     box = media_box(ctx.settings, writable=(attempt.workspace,), gpu=settings.is_nvenc)
     attempt.run_child(argv, what=f"ffmpeg ({settings.encoder})", box=box)
     encoded_s = time.monotonic() - started - gathered_s
+    flags = check_frames(attempt, seq_dir, frames) if spec.check_frames else None
     info = probe_streams(ctx.settings.ffprobe, segment, box)
     if info.frames != len(frames):
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {len(frames)}")
@@ -162,6 +226,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
         info=info.manifest_fields(settings.fps),
         encoder={"name": settings.encoder, "quality": settings.quality, "preset": settings.preset},
         etag=etag,
+        **({} if flags is None else {"flagged": {str(f): why for f, why in flags.items()}}),
     )
     for frame in frames:  # the segment holds them now; the store keeps the frames themselves
         for path in blender.local_files(ctx.job_dir(job_id) / "frames", frame):
@@ -174,6 +239,7 @@ def segment_chunk(attempt: ChunkAttempt) -> Outcome:
             "segment_upload_s": round(time.monotonic() - upload_started, 3),
             "segment_bytes": segment.stat().st_size,  # bytes moved, for farm.control.census
             "frames_fetched_bytes": fetched_bytes,
+            **({} if flags is None else {FLAGGED: json.dumps(flags)}),
             **early,
         },
         manifest=manifest,

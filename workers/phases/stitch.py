@@ -29,7 +29,7 @@ from farm.media.mp4track import CannotJoin
 from farm.media.probe import Streams
 from workers.attempt.context import WorkerContext
 from workers.host.box import media_box
-from workers.phases import s3join
+from workers.phases import s3join, versions
 from workers.phases.s3join import UNJOINABLE
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,7 @@ def stitch_frames(
     """A render job's stitch: its segments joined by stream copy, checked frame for frame; by
     the object store where their samples can be copied there (workers.phases.s3join), else here."""
     started = time.monotonic()
+    versions.keep_previous(ctx, job_id, job, spec.codec.container)  # a fix's video before it
     with stitch_workspace(ctx, job_id) as work:
         refs = segment_refs(ctx, job_id)
         in_store = stitch_in_store(ctx, job_id, job, spec, refs, started)

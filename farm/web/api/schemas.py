@@ -144,7 +144,30 @@ SCHEMAS: dict[str, Schema] = {
             "engine": {"type": ["string", "null"]},
             "camera": {"type": ["string", "null"]},
             "overrides": {"type": "array", "items": {"type": "string"}},
+            "view_layer": {
+                "type": ["string", "null"],
+                "description": "`farm submit --each view-layer`: render this view layer alone "
+                "(one the scene renders).",
+            },
+            "group": {
+                "type": ["object", "null"],
+                "required": ["id", "each", "member", "label"],
+                "description": "`farm submit --each`: the siblings this job is one of. `id` "
+                "(g-YYYYMMDD-HHMMSS-xxxxxx) shared by them, `each` (view-layer or camera), "
+                "`member` (the layer or camera it renders: `view_layer`, or `camera` named in "
+                "`overrides`), `label` (its video's name on fetch).",
+                "properties": {
+                    "id": {"type": "string"},
+                    "each": {"enum": ["view-layer", "camera"]},
+                    "member": {"type": "string"},
+                    "label": {"type": "string"},
+                },
+            },
             "trusted_scripts": {"type": "boolean"},
+            "check_frames": {
+                "type": "boolean",
+                "description": "Flag frames that come out black or one flat colour (`--check-frames`).",
+            },
             "after": {
                 "type": "array",
                 "maxItems": 100,
@@ -157,6 +180,20 @@ SCHEMAS: dict[str, Schema] = {
                 "type": "boolean",
                 "description": "Run once every parent has ended, however it ended "
                 "(`--after-any`); false: a parent that fails or is cancelled cancels this job.",
+            },
+            "preview": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 100,
+                "description": "`farm submit --preview N`: N frames spread over the range (the "
+                "first, the last, evenly between) render first, each a chunk, at the farm's top "
+                "priority; 0: no preview. Render jobs only.",
+            },
+            "hold": {
+                "type": "boolean",
+                "description": "`--hold`: the job stops `held` once its preview frames are done "
+                "(the rest is not planned, sent or charged); `POST /jobs/{id}/resume` renders the "
+                "rest, cancel drops it. Needs a preview.",
             },
         },
     },
@@ -287,6 +324,31 @@ SCHEMAS: dict[str, Schema] = {
                 "description": "The jobs that wait (or waited) for this one: {id, state}.",
                 "items": {"type": "object"},
             },
+            "siblings": {
+                "type": "array",
+                "description": "The other jobs of its `farm submit --each` group (`spec.group`): "
+                "{id, state, member}.",
+                "items": {"type": "object"},
+            },
+            "preview": {
+                "type": ["object", "null"],
+                "description": "`--preview`: {frames, frames_done, chunks, hold, held, released, "
+                "rest_estimate} (the rest's frames, chunks, chunk_size, time_s, gpu_s and cost "
+                "from the preview's own timings, once held); null without a preview.",
+            },
+            "fixes": {
+                "type": "array",
+                "description": "Each `farm retry --frames` of the job, oldest first: {frames, "
+                "reason, by, at, chunks, version, version_key} (version: the video it replaced, "
+                "`output?version=N`; null where the job had none).",
+                "items": {"type": "object"},
+            },
+            "flagged": {
+                "type": "object",
+                "description": "`--check-frames`: frame number -> why it looks broken (black, "
+                "one flat colour).",
+                "additionalProperties": {"type": "string"},
+            },
         },
     },
     "JobList": {
@@ -302,7 +364,16 @@ SCHEMAS: dict[str, Schema] = {
     "Resume": {"type": "object", "properties": {"max_cost": _NULLABLE_NUMBER}},
     "Retry": {
         "type": "object",
-        "properties": {"every_unfinished": {"type": "boolean", "default": False}},
+        "properties": {
+            "every_unfinished": {"type": "boolean", "default": False},
+            "frames": {
+                "type": "string",
+                "description": "Fix these frames of a done or failed render job (12-14,40): "
+                "only they are rendered again, only the segments holding them encoded again, "
+                "and the video they replace is kept as a version.",
+            },
+            "reason": {"type": "string", "description": "Why the frames are fixed (with frames)."},
+        },
         "description": "A fixed scene (the CLI's --scene) is not taken through the API.",
     },
     "Priority": {

@@ -7,7 +7,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from farm.control import jobs
+from farm.control import fixes, jobs
 from farm.control.status import job_status
 from farm.core import keys
 from farm.core.naming import OutputPattern, scene_named
@@ -52,6 +52,8 @@ def retry(farm: Farm, call: Call) -> Answer:
             "a fixed scene is not taken through the API: submit the fixed scene as a new job, "
             f"or run `farm retry {call.job_id} --scene FILE` on one of the farm's hosts"
         )
+    if "frames" in call.body:
+        return _fix(farm, call)
     call.only("every_unfinished")
     every = call.body.get("every_unfinished", False)
     if not isinstance(every, bool):
@@ -59,6 +61,16 @@ def retry(farm: Farm, call: Call) -> Answer:
     done = jobs.reopen(farm.settings, call.job_id, every_unfinished=every)
     remade = {str(k): why for k, why in done.remade.items()}
     return _status(farm, call, waiting=done.waiting, remade=remade)
+
+
+def _fix(farm: Farm, call: Call) -> Answer:
+    """`farm retry --frames` (farm.control.fixes): the fix as recorded, and the chunks waiting."""
+    call.only("frames", "reason")
+    frames, reason = call.body.get("frames"), call.body.get("reason", "")
+    if not isinstance(frames, str) or not isinstance(reason, str):
+        raise bad_request('frames must be a list like "12-14,40", and reason text')
+    done = fixes.fix_frames(farm.settings, call.job_id, frames, reason=reason, by=call.who)
+    return _status(farm, call, waiting=done.waiting, fix=done.fix.to_json())
 
 
 def priority(farm: Farm, call: Call) -> Answer:
@@ -82,7 +94,11 @@ def output(farm: Farm, call: Call) -> Answer:
     job_id, job = call.job_id, call.job
     video = None
     key = job.get("output", "")
-    if key and job.get("state") == "done" and (size := farm.store.size(key)) is not None:
+    if call.query.get("version"):
+        key = fixes.version_key(job, call.int_query("version", 0, 1, 1_000_000))
+    elif job.get("state") != "done":
+        key = ""
+    if key and (size := farm.store.size(key)) is not None:
         video = _presigned(farm, key, f"{job_id}{PurePosixPath(key).suffix}", size)
     frames: list[dict[str, Any]] = []
     note = None

@@ -22,6 +22,8 @@ from farm.control.webhooks import TargetRefused, allowed_ranges, resolve
 from farm.core import limits
 from farm.core.depends import MAX_PARENTS, check_parent_id
 from farm.core.errors import SpecError, UnreachableError
+from farm.core.preview import check_preview
+from farm.core.siblings import check_sibling
 from farm.core.spec import (
     AUTO_CHUNK,
     ENGINES,
@@ -221,6 +223,9 @@ def _check_spec(spec: JobSpec) -> None:
         raise SpecError(f"frames {spec.frames} is not a frame range")
     parse_resolution(str(spec.resolution))
     _check_after(spec)
+    check_preview(spec.preview, spec.hold)
+    if spec.preview and spec.kind is not JobKind.RENDER:
+        raise SpecError("preview: only a render job has preview frames")
     if spec.kind is JobKind.RENDER:
         _check_render(spec)
     else:
@@ -256,6 +261,7 @@ def _check_render(spec: JobSpec) -> None:
         raise SpecError(f"overrides {unknown}: only {', '.join(RENDER_SETTINGS)} may be set")
     if spec.master is not None:
         raise SpecError("a render job has no video master")
+    check_sibling(spec)  # --each: its layer, camera and group as the CLI makes them
     if spec.scene is not None:
         parse_version(spec.scene.blender_version)
         if spec.scene.frame_step < 1 or spec.scene.resolution_percentage < 1:
