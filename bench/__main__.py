@@ -6,6 +6,8 @@ each beside its baseline, write one JSON file under bench/results/ and print the
 was wrongly marked done.
 `python -m bench api [--quick]`: submit through the API against direct submit, and the API's
 requests per second for a job's status (bench/api.py), only when named.
+`python -m bench tiles [--quick]`: a 4K still in 4 tiles on 2 workers against one worker
+rendering it whole (bench/tiles.py), only when named.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from bench import common
 from bench.common import LocalFarm, Row
 
 ALL = ("overhead", "saves", "dispatch", "stitch", "store", "ledger", "simulate", "containers")
-NAMED_ONLY = ("soak", "api")
+NAMED_ONLY = ("soak", "api", "tiles")
 """Run only when named: never by `python -m bench` (all) nor `make bench`."""
 NEEDS_FARM = {"overhead", "dispatch", "store"}
 
@@ -61,6 +63,7 @@ def run(
             "containers": lambda: containers.run(quick),
             "soak": lambda: _soak(quick, work, soak_args or {}),
             "api": lambda: _api(quick, work),
+            "tiles": lambda: _tiles(quick),
         }
         for name in names:
             started = time.monotonic()
@@ -90,6 +93,12 @@ def _api(quick: bool, work: Path | None) -> tuple[dict[str, Any], list[Row]]:
     from bench import api  # it starts a farm of its own, with no workers: imported when named
 
     return api.run(quick, work)
+
+
+def _tiles(quick: bool) -> tuple[dict[str, Any], list[Row]]:
+    from bench import tiles  # Blender renders of a 4K still: minutes, run when named
+
+    return tiles.run(quick)
 
 
 def _need(farm: LocalFarm | None) -> LocalFarm:

@@ -67,6 +67,9 @@ class RenderSettings:
     """Paths as the .blend stores them (`//tex/a.png`) that were missing at submit and that the
     user chose to render without (`--allow-missing`); any other missing file fails the chunk."""
 
+    border: tuple[float, float, float, float] | None = None
+    """A still's tile (`--tiles`): border min x, min y, max x, max y (farm.core.tiles.Border)."""
+
     def overrides(self) -> dict[str, object]:
         over: dict[str, object] = {}
         if self.width is not None and self.height is not None:
@@ -81,6 +84,8 @@ class RenderSettings:
             over["view_layer"] = self.view_layer
         if self.fixed_camera and self.camera:
             over["fixed_camera"] = True
+        if self.border is not None:
+            over["border"] = list(self.border)
         return over
 
 
@@ -359,3 +364,15 @@ def frame_time_s(line: str) -> float | None:
         return None
     hours = int(match.group(1) or 0)
     return hours * 3600 + int(match.group(2)) * 60 + float(match.group(3))
+
+
+MERGE_SCRIPT = Path(__file__).with_name("tilemerge.py")
+
+
+def merge_argv(*, blender: str, plan_path: Path, python: str = sys.executable) -> list[str]:
+    """farm/blender/tilemerge.py's command line: a still's tiles merged into one image."""
+    plan = ["--plan", str(plan_path)]
+    if blender == WHEEL:
+        return [python, "-I", str(MERGE_SCRIPT), *plan]
+    return [blender, "--background", "--factory-startup", "--disable-autoexec",
+            "--python-exit-code", "3", "--python", str(MERGE_SCRIPT), "--", *plan]  # fmt: skip

@@ -86,6 +86,14 @@ def only_layer(scene: Any, name: str) -> None:
         layer.use = layer.name == name
 
 
+def set_border(render: Any, border: list[float]) -> None:
+    """A tile of a still (`--tiles`): Blender renders the region alone, the file cropped to it.
+    The fractions come from farm.core.tiles, chosen to land on whole pixels."""
+    render.use_border = True
+    render.use_crop_to_border = True
+    render.border_min_x, render.border_min_y, render.border_max_x, render.border_max_y = border
+
+
 def frame_name(frame: int, extension: str) -> str:
     return f"frame_{frame:06d}{extension}"
 
@@ -456,6 +464,8 @@ class Renderer:
             raise ChunkFailed("the scene has no active camera; set one or pass --camera")
         if over.get("view_layer"):
             only_layer(scene, str(over["view_layer"]))
+        if over.get("border"):
+            set_border(render, [float(v) for v in over["border"]])
         threads = int(self.job.get("threads", 0))
         if threads > 0:
             render.threads_mode = "FIXED"
