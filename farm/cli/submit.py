@@ -97,6 +97,14 @@ allow_path_option = click.option(
 @click.option("--encoder", default="auto", show_default=True, help="Encode: auto, nvenc, software.")
 @click.option("--preset", default="medium", show_default=True, help="Encode: x264-style preset.")
 @click.option("--segment-frames", type=int, default=None, help="Encode: frames per segment.")
+@click.option("--no-scene-cuts", is_flag=True,
+              help="Encode: cut segments every --segment-frames frames; without it the master is "
+                   "decoded once at submit to find scene cuts, and boundaries move onto them.")  # fmt: skip
+@click.option("--tonemap", is_flag=True,
+              help="Encode: an HDR master (PQ or HLG) delivered as SDR BT.709, tone-mapped.")  # fmt: skip
+@click.option("--drop-dynamic-hdr", is_flag=True,
+              help="Encode: a master with HDR10+ or Dolby Vision delivered as HDR10 (its static "
+                   "metadata kept, the dynamic metadata dropped); refused without it.")  # fmt: skip
 @click.option(
     "--notify", default=None, callback=lambda c, _p, v: _webhook_url(c, v),
     help="POST the job's events (done, failed, paused, ...) to this URL, signed (X-Farm-Signature).",
@@ -158,6 +166,9 @@ def submit(
     encoder: str,
     preset: str,
     segment_frames: int | None,
+    tonemap: bool,
+    drop_dynamic_hdr: bool,
+    no_scene_cuts: bool,
     notify: str | None,
     wait: bool,
     as_json: bool,
@@ -174,6 +185,7 @@ def submit(
     """Submit a .blend scene to render, or a video master to transcode, into a video."""
     from farm.control.intake import submit as submit_job
     from farm.core.spec import JobKind
+    from farm.media.hdrspec import hdr_note
     from farm.media.probe import submit_box
     from farm.media.transcode_spec import transcode_spec_from_file, vfr_note
 
@@ -183,6 +195,9 @@ def submit(
     job_kind = JobKind.parse(kind) if kind else default_kind
     _refuse_flags_of_the_other_kind(ctx, job_kind, path)
     if job_kind is JobKind.TRANSCODE:
+        if not no_scene_cuts and not as_json:
+            click.echo(f"scanning {printable(path.name)} for scene cuts (it is decoded once; "
+                       "--no-scene-cuts skips this)", err=True)  # fmt: skip
         with submit_box(loaded, path) as box:  # ffprobe as a worker runs it: boxed, no network
             spec = transcode_spec_from_file(
                 path,
@@ -196,9 +211,13 @@ def submit(
                 encoder=encoder,
                 preset=preset,
                 segment_frames=segment_frames,
+                tonemap=tonemap,
+                drop_dynamic_hdr=drop_dynamic_hdr,
+                scene_cuts=not no_scene_cuts,
             )
-        if note := vfr_note(spec):
-            click.echo(printable(note), err=True)
+        for note in (vfr_note(spec), hdr_note(spec)):
+            if note:
+                click.echo(printable(note), err=True)
         traced = None
     else:
         scene_flags = {"frames": frames, "resolution": resolution, "fps": fps,
@@ -399,7 +418,8 @@ def _render_spec(
 ONLY_FOR = {
     "render": ("fps", "samples", "engine", "camera", "each", "cameras", "allow_missing",
                "allow_path", "trusted_scripts", "chunk_size", "check_frames"),
-    "transcode": ("quality", "encoder", "preset", "segment_frames"),
+    "transcode": ("quality", "encoder", "preset", "segment_frames", "no_scene_cuts",
+                  "tonemap", "drop_dynamic_hdr"),
 }  # fmt: skip
 """`farm submit`'s flags that one kind of job reads and the other does not."""
 

@@ -26,6 +26,7 @@ from farm.core.state import JobState
 from farm.dispatch import DEFAULT_PRIORITY, Dispatcher, make_app
 from farm.ledger import Ledger, speeds
 from farm.ledger.ports import SubmitLedger
+from farm.media.scenecuts import cut_plan
 
 if TYPE_CHECKING:
     pass
@@ -162,6 +163,8 @@ def create_job(
     if shown:  # the preview frames first, then (unless it holds) the rest: farm.core.preview
         chunks, plan = preview.initial_plan(spec.frames, spec.chunk_size, shown, hold=spec.hold,
                                             pool=pool, measured=measured)  # fmt: skip
+    elif spec.master is not None and spec.master.segment_starts:  # boundaries on scene cuts
+        chunks, plan = cut_plan(spec.frames, spec.chunk_size, spec.master)
     else:
         chunks, plan = initial_plan(spec.frames, spec.chunk_size, pool, measured)
     limits.check_planned(len(chunks), settings.max_chunks)

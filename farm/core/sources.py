@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from farm.core.hdr import HdrInfo
+
 CYCLES_DEFAULT_SAMPLES = 4096
 """What Cycles renders with (3.0 and later) when the file stores no sample count of its own."""
 
@@ -111,6 +113,14 @@ class MasterInfo:
     audio: tuple[AudioStream, ...] = ()
     seek_pts: tuple[int, ...] = ()
     """Per segment: the timestamp of a keyframe safely before its first frame (start_pts: none)."""
+    scene_cuts: tuple[int, ...] = ()
+    """Frames where a scene cut starts, found at submit (farm.media.scenecuts); () when not scanned."""
+    segment_starts: tuple[int, ...] = ()
+    """Each segment's first frame when boundaries moved to scene cuts; (): every chunk_size frames."""
+    segment_seek_pts: tuple[int, ...] = ()
+    """With segment_starts: per segment, its seek point (as seek_pts is per chunk_size frames)."""
+    hdr: HdrInfo | None = None
+    """An HDR master's tags and metadata (farm.core.hdr); None for an SDR master."""
 
     @property
     def rate(self) -> Fraction:
@@ -125,11 +135,27 @@ class MasterInfo:
         return float(self.start_pts * self.tb)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["hdr"] = self.hdr.to_json() if self.hdr else None
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MasterInfo:
         audio = tuple(AudioStream(**a) for a in data.get("audio", ()))
         seek = tuple(int(s) for s in data.get("seek_pts", ()))
-        rest = {k: v for k, v in data.items() if k not in ("audio", "seek_pts")}
-        return cls(audio=audio, seek_pts=seek, **rest)
+        hdr = HdrInfo.from_json(data["hdr"]) if data.get("hdr") else None
+        cuts = ("scene_cuts", "segment_starts", "segment_seek_pts")  # farm.media.scenecuts
+        rest = {k: v for k, v in data.items() if k not in ("audio", "seek_pts", "hdr", *cuts)}
+        return cls(
+            audio=audio,
+            seek_pts=seek,
+            hdr=hdr,
+            scene_cuts=_ints(data.get("scene_cuts")),
+            segment_starts=_ints(data.get("segment_starts")),
+            segment_seek_pts=_ints(data.get("segment_seek_pts")),
+            **rest,
+        )
+
+
+def _ints(values: Any) -> tuple[int, ...]:
+    return tuple(int(n) for n in values or ())

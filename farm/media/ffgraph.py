@@ -12,6 +12,8 @@ from pathlib import Path
 
 import ffmpeg
 
+from farm.core.hdr import HdrInfo
+from farm.media.hdr import colour_options, svtav1_hdr_params, x265_hdr_params
 from farm.media.probe import CONCAT_FORMATS, FRAME_FORMATS, whitelists
 
 SOFTWARE = {
@@ -48,10 +50,16 @@ class EncodeSettings:
     quality: int = 20
     """CRF for libx264/libx265, CQ for NVENC: lower is better."""
     preset: str = "medium"
+    hdr: HdrInfo | None = None
+    """An HDR master's signalling (farm.core.hdr): carried into the stream, or tone-mapped."""
 
     @property
     def is_nvenc(self) -> bool:
         return self.encoder.endswith("_nvenc")
+
+    @property
+    def keeps_hdr(self) -> bool:
+        return self.hdr is not None and self.hdr.is_hdr and not self.hdr.tonemap
 
 
 GLOBAL_ARGS = ("-hide_banner", "-nostdin", "-loglevel", "error", "-y")
@@ -67,7 +75,11 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
     # Not below 3: at keyint 1 or 2 x264 and x265 write another SPS (intra-only, fewer
     # references), and a segment that differs in it cannot be joined to the others by copy.
     gop = max(frame_count, 3)
-    ten_bit = settings.codec in ("hevc10", "prores")
+    # HDR in 8 bits bands: an HDR master kept in AV1 encodes 10-bit (SVT-AV1's main profile).
+    ten_bit = settings.codec in ("hevc10", "prores") or (
+        settings.codec == "av1" and settings.keeps_hdr
+    )
+    hdr = settings.hdr if settings.keeps_hdr else None
     opts: dict[str, object] = {
         "vcodec": settings.encoder,
         "pix_fmt": "yuv420p10le" if ten_bit else "yuv420p",
@@ -90,7 +102,10 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
             crf=settings.quality,
             preset=settings.preset,
             **{
-                "x265-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0:log-level=error"
+                "x265-params": ":".join(
+                    [f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0:log-level=error"]
+                    + (x265_hdr_params(hdr) if hdr else [])
+                )
             },
             **{"tag:v": "hvc1"},
         )
@@ -99,7 +114,12 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
             crf=settings.quality,
             preset=mapped_preset(settings.encoder, settings.preset),
             # irefresh-type=2: closed GOP, every keyframe an IDR that segments can start on.
-            **{"svtav1-params": f"keyint={gop}:scd=0:irefresh-type=2"},
+            **{
+                "svtav1-params": ":".join(
+                    [f"keyint={gop}:scd=0:irefresh-type=2"]
+                    + (svtav1_hdr_params(hdr) if hdr else [])
+                )
+            },
         )
     else:
         opts.update(
@@ -111,8 +131,11 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
         )
         if settings.codec in ("hevc", "hevc10"):
             opts["tag:v"] = "hvc1"
-        if ten_bit:  # NVENC takes 10-bit frames as P010 and writes Main10
-            opts.update(pix_fmt="p010le", **{"profile:v": "main10"})
+        if ten_bit:  # NVENC takes 10-bit frames as P010 and writes Main10 (AV1: main, 10-bit)
+            opts["pix_fmt"] = "p010le"
+            if settings.codec != "av1":
+                opts["profile:v"] = "main10"
+    opts.update(colour_options(settings.hdr))
     return opts
 
 

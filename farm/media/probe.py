@@ -155,6 +155,17 @@ def packets_argv(ffprobe: str, path: str, formats: Sequence[str]) -> list[str]:
             path]  # fmt: skip
 
 
+COLOUR_TAGS = "color_range,color_space,color_primaries,color_transfer"
+
+
+def side_data_argv(ffprobe: str, path: str, formats: Sequence[str]) -> list[str]:
+    """The first video frame's colour tags and side data, and the stream's, as JSON (HDR)."""
+    entries = f"frame={COLOUR_TAGS},side_data_list:stream={COLOUR_TAGS}:stream_side_data_list"
+    return [ffprobe, "-v", "error", *option_args(whitelists(path, formats)), "-select_streams",
+            "v:0", "-read_intervals", "%+#1", "-show_frames", "-show_entries", entries, "-of",
+            "json", path]  # fmt: skip
+
+
 def capture(
     argv: list[str], timeout_s: float, box: Box | None = None
 ) -> proc.CompletedProcess[str]:

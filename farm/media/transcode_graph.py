@@ -15,7 +15,9 @@ from pathlib import Path
 
 import ffmpeg
 
+from farm.core.hdr import HdrInfo
 from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, moov_reserve_bytes
+from farm.media.hdr import tonemap_filters
 from farm.media.probe import CONCAT_FORMATS, MASTER_FORMATS, input_name, whitelists
 
 MP4_AUDIO_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus"})
@@ -72,8 +74,15 @@ def scale_filters(width: int, height: int, nvenc: bool, pix_fmt: str = "yuv420p"
 
 
 def segment_filtergraph(
-    cut: SegmentCut, width: int, height: int, nvenc: bool, pix_fmt: str = "yuv420p"
+    cut: SegmentCut,
+    width: int,
+    height: int,
+    nvenc: bool,
+    pix_fmt: str = "yuv420p",
+    hdr: HdrInfo | None = None,
 ) -> str:
+    """The cut, then a tone-map to SDR when the job asked for one (on the CPU, before any upload
+    to the GPU), then the scale."""
     chain = [
         f"setpts=PTS-{cut.start_pts}",
         f"fps=fps={cut.rate.numerator}/{cut.rate.denominator}",
@@ -82,6 +91,7 @@ def segment_filtergraph(
         # A variable-rate master's grid may end a frame short: repeat its last frame, then trim.
         chain.append("tpad=stop_mode=clone:stop=2")
     chain += [f"trim=start_pts={cut.first}:end_pts={cut.end}", "setpts=PTS-STARTPTS"]
+    chain += tonemap_filters(hdr)
     return ",".join(chain + scale_filters(width, height, nvenc, pix_fmt))
 
 
@@ -112,7 +122,7 @@ def segment_argv(
         an=None,
         sn=None,
         dn=None,
-        vf=segment_filtergraph(cut, width, height, settings.is_nvenc, pix_fmt),
+        vf=segment_filtergraph(cut, width, height, settings.is_nvenc, pix_fmt, settings.hdr),
         fps_mode="passthrough",
         **{"frames:v": cut.count},
         **opts,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from farm.adapters.sandbox import Box
 from farm.core.errors import SpecError
 from farm.core.spec import Codec, EncoderChoice, FrameRange, JobKind, JobSpec, parse_resolution
+from farm.media.hdr import probe_hdr
+from farm.media.hdrspec import hdr_choice
 from farm.media.master import Probed, probe_master, seek_points
+from farm.media.scenecuts import find_cuts, moved, place_segments, seeks_at
 
 DEFAULT_RESOLUTION = "3840x2160"
 SEGMENT_S = 10
@@ -47,8 +51,13 @@ def build_transcode_spec(
     encoder: str,
     preset: str,
     segment_frames: int | None,
+    cuts: tuple[int, ...] | None = None,
+    tonemap: bool = False,
+    drop_dynamic_hdr: bool = False,
 ) -> JobSpec:
-    """Validate CLI values for an encode job; the master's frames are numbered 0..N-1."""
+    """Validate CLI values for an encode job; the master's frames are numbered 0..N-1. `cuts`:
+    the master's scene cuts (farm.media.scenecuts), which segment boundaries move to; None: not
+    scanned, a boundary every `segment_frames`."""
     parsed_codec = Codec(_choice(Codec, "--codec", codec))
     parsed_encoder = EncoderChoice(_choice(EncoderChoice, "--encoder", encoder))
     if quality is not None and parsed_codec is Codec.PRORES:
@@ -63,10 +72,20 @@ def build_transcode_spec(
     if preset not in PRESETS:
         raise SpecError(f"--preset {preset!r}: choose one of {', '.join(PRESETS)}")
     info = probed.info
+    hdr = hdr_choice(source_name, info.hdr, parsed_codec, parsed_encoder, tonemap=tonemap,
+                     drop_dynamic_hdr=drop_dynamic_hdr)  # fmt: skip
     if segment_frames is None:
         segment_frames = max(1, round(float(info.rate) * SEGMENT_S))
     if segment_frames < 1:
         raise SpecError(f"--segment-frames {segment_frames}: a segment holds at least one frame")
+    master = replace(seek_points(probed, segment_frames), hdr=hdr)
+    if cuts is not None:
+        starts = place_segments(info.frame_count, segment_frames, cuts)
+        master = replace(master, scene_cuts=cuts)
+        if moved(starts, cuts):
+            master = replace(
+                master, segment_starts=starts, segment_seek_pts=seeks_at(probed, starts)
+            )
     return JobSpec(
         kind=JobKind.TRANSCODE,
         source_name=source_name,
@@ -79,7 +98,7 @@ def build_transcode_spec(
         encoder=parsed_encoder,
         quality=quality,
         preset=preset,
-        master=seek_points(probed, segment_frames),
+        master=master,
     )
 
 
@@ -90,10 +109,12 @@ def transcode_spec_from_file(
     ffmpeg: str,
     frames: str | None,
     box: Box | None = None,
+    scene_cuts: bool = True,
     **options: Any,
 ) -> JobSpec:
     """Probe the master at `path` (SpecError when it is no playable video) and build its spec.
-    `box`: where the probe runs (farm.media.probe.submit_box)."""
+    `box`: where the probe runs (farm.media.probe.submit_box); `scene_cuts`: scan it for cuts
+    (it decodes the master once) and move segment boundaries onto them."""
     if not path.exists():
         raise SpecError(f"{path}: no such file; check the path and submit again")
     if not path.is_file():
@@ -103,7 +124,9 @@ def transcode_spec_from_file(
             "--frames is for render jobs: an encode job takes every frame of its master"
         )
     probed = probe_master(ffprobe, ffmpeg, path, box)
-    return build_transcode_spec(source_name=path.name, probed=probed, **options)
+    probed = replace(probed, info=replace(probed.info, hdr=probe_hdr(ffprobe, path, box)))
+    cuts = find_cuts(ffmpeg, path, probed.info, box) if scene_cuts else None
+    return build_transcode_spec(source_name=path.name, probed=probed, cuts=cuts, **options)
 
 
 def vfr_note(spec: JobSpec) -> str:

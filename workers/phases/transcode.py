@@ -18,6 +18,7 @@ from farm.core.spec import EncoderChoice, JobSpec
 from farm.media.ffgraph import EncodeSettings, choose_encoder
 from farm.media.master import check_container
 from farm.media.probe import input_name, probe_streams
+from farm.media.scenecuts import seek_for
 from farm.media.transcode_graph import SegmentCut, default_quality, seek_seconds, segment_argv
 from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import ChunkAttempt, Outcome, segment_manifest
@@ -46,14 +47,17 @@ def pick_encoder(spec: JobSpec, nvenc: bool, nvenc_error: str) -> str:
             f"--encoder nvenc: this worker has no working NVENC ({nvenc_error or 'probe failed'}); "
             "submit with --encoder auto or software, or add NVENC workers"
         )
+    hdr = spec.master.hdr if spec.master else None
+    if hdr is not None and hdr.static and not hdr.tonemap:
+        # ffmpeg 5.1's NVENC cannot write HDR10's SEI (farm.media.hdr): software keeps it.
+        return choose_encoder(codec, False)
     return choose_encoder(codec, nvenc and spec.encoder is not EncoderChoice.SOFTWARE)
 
 
 def segment_cut(master: MasterInfo, frames: list[int], segment_frames: int) -> SegmentCut:
     """The seek point recorded at submit for the segment starting at frames[0]; a chunk planned
     any other way decodes from the start, slower but as exact."""
-    n, offset = divmod(frames[0], segment_frames)
-    seek = master.seek_pts[n] if not offset and n < len(master.seek_pts) else master.start_pts
+    seek = seek_for(master, frames[0], segment_frames)  # a keyframe at or before the first
     return SegmentCut(
         first=frames[0],
         end=frames[-1] + 1,
@@ -80,6 +84,7 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
         fps=spec.master.rate,
         quality=spec.quality if spec.quality is not None else default_quality(encoder),
         preset=spec.preset,
+        hdr=spec.master.hdr,
     )
     source_key = attempt.job["source_key"]
     source, container = local_master(ctx, source_key, spec.source_name)

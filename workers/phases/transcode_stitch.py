@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from farm.core.errors import PermanentError
+from farm.core.hdr import HdrInfo
 from farm.core.sources import MasterInfo
 from farm.core.spec import JobSpec
+from farm.media.hdr import hdr_problems, read_hdr
 from farm.media.join import join_segments, probe_joined
 from farm.media.probe import Streams, probe_streams
 from farm.media.transcode_graph import mux_argv
@@ -73,6 +75,15 @@ def check_output(out: Streams, spec: JobSpec, master: MasterInfo) -> None:
         raise PermanentError("the joined video does not match the master: " + "; ".join(problems))
 
 
+def check_hdr(want: HdrInfo, got: HdrInfo | None) -> None:
+    """The joined video's first frame carries what the job promised of its HDR master."""
+    problems = hdr_problems(want, got)
+    if problems:
+        raise PermanentError(
+            "the joined video does not keep the master's HDR: " + "; ".join(problems)
+        )
+
+
 def stitch_master(
     ctx: WorkerContext, job_id: str, job: dict[str, str], spec: JobSpec
 ) -> dict[str, object]:
@@ -120,6 +131,8 @@ def stitch_master(
         join_s = time.monotonic() - joining
         info = probe_joined(ctx.settings.ffprobe, out, joined, master.frame_count, master.rate, box)
         check_output(info, spec, master)
+        if master.hdr is not None:  # the HDR the job kept, on the first frame as a player reads it
+            check_hdr(master.hdr, read_hdr(ctx.settings.ffprobe, out, box))
         output_key = deliver(
             ctx, job_id, out, started, fetch_join_s=round(join_s, 3), stitch_join=joined.method
         )

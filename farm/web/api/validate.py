@@ -36,6 +36,8 @@ from farm.core.spec import (
     parse_resolution,
 )
 from farm.core.versions import parse_version
+from farm.media.hdrspec import check_recorded
+from farm.media.scenecuts import check_starts
 from farm.media.transcode_spec import MAX_QUALITY, PRESETS
 from farm.web.api.answers import ApiError, bad_request
 
@@ -282,6 +284,7 @@ def _check_transcode(spec: JobSpec) -> None:
         raise SpecError("a transcode job takes every frame of its master: 0 to frame_count - 1")
     if Fraction(master.avg_frame_rate) <= 0 or Fraction(master.time_base) <= 0:
         raise SpecError("the master's frame rate and time base must be above 0")
+    check_starts(master, spec.chunk_size)  # boundaries moved to scene cuts (farm.media.scenecuts)
     if master.width < 1 or master.height < 1 or not 0 < spec.fps <= 1000:
         raise SpecError("the master's size and frame rate must be above 0")
     if spec.quality is not None and (
@@ -293,6 +296,8 @@ def _check_transcode(spec: JobSpec) -> None:
         raise SpecError("encoder nvenc: NVENC has no ProRes; use auto or software")
     if spec.preset not in PRESETS:
         raise SpecError(f"preset {spec.preset!r}: choose one of {', '.join(PRESETS)}")
+    if master.hdr is not None:  # names and numbers that reach ffmpeg's options (farm.media.hdrspec)
+        check_recorded(master.hdr, spec.codec, spec.encoder)
     if spec.scene is not None or spec.engine is not None or spec.camera is not None:
         raise SpecError("a transcode job has no scene, engine or camera")
 
