@@ -8,6 +8,10 @@ was wrongly marked done.
 requests per second for a job's status (bench/api.py), only when named.
 `python -m bench tiles [--quick]`: a 4K still in 4 tiles on 2 workers against one worker
 rendering it whole (bench/tiles.py), only when named.
+`python -m bench quality [--quick]`: scoring a segment against its encode, and a chunked encode
+against one encode at equal bitrate (bench/quality.py), only when named.
+`python -m bench ladder [--quick]`: a ladder's segments from one decode against the same rungs
+made as separate jobs, each decoding again (bench/ladder.py), only when named.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from bench import common
 from bench.common import LocalFarm, Row
 
 ALL = ("overhead", "saves", "dispatch", "stitch", "store", "ledger", "simulate", "containers")
-NAMED_ONLY = ("soak", "api", "tiles")
+NAMED_ONLY = ("soak", "api", "tiles", "quality", "ladder")
 """Run only when named: never by `python -m bench` (all) nor `make bench`."""
 NEEDS_FARM = {"overhead", "dispatch", "store"}
 
@@ -64,6 +68,8 @@ def run(
             "soak": lambda: _soak(quick, work, soak_args or {}),
             "api": lambda: _api(quick, work),
             "tiles": lambda: _tiles(quick),
+            "quality": lambda: _quality(quick),
+            "ladder": lambda: _ladder(quick),
         }
         for name in names:
             started = time.monotonic()
@@ -99,6 +105,18 @@ def _tiles(quick: bool) -> tuple[dict[str, Any], list[Row]]:
     from bench import tiles  # Blender renders of a 4K still: minutes, run when named
 
     return tiles.run(quick)
+
+
+def _quality(quick: bool) -> tuple[dict[str, Any], list[Row]]:
+    from bench import quality  # 1080p x264 encodes and scores: minutes, run when named
+
+    return quality.run(quick)
+
+
+def _ladder(quick: bool) -> tuple[dict[str, Any], list[Row]]:
+    from bench import ladder  # x264 encodes of every rung, twice: minutes, run when named
+
+    return ladder.run(quick)
 
 
 def _need(farm: LocalFarm | None) -> LocalFarm:

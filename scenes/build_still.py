@@ -1,6 +1,7 @@
 """Builds the tiled-still tests' scene (run with the bpy wheel, not imported):
-    python -I scenes/build_still.py OUT.blend WIDTH HEIGHT SAMPLES DENOISE [PNG8|PNG16|EXR]
-A textured sphere and cube on a plane, lit by a sun and the world, so every tile has edges."""
+    python -I scenes/build_still.py OUT.blend W H SAMPLES DENOISE [PNG8|PNG16|EXR] [passes]
+A textured sphere and cube on a plane, lit by a sun and the world, so every tile has edges;
+`passes`: its view layer renders Depth and Normal too."""
 
 import sys
 
@@ -25,6 +26,9 @@ image.color_depth = {"PNG8": "8", "PNG16": "16", "EXR": "32"}[file_format]
 world = bpy.data.worlds.new("World")
 scene.world = world
 world.color = (0.3, 0.4, 0.6)
+if sys.argv[7:8] == ["passes"]:
+    layer = scene.view_layers[0]
+    layer.use_pass_z = layer.use_pass_normal = True
 bpy.ops.mesh.primitive_plane_add(size=8, location=(0, 0, -1))
 bpy.ops.mesh.primitive_uv_sphere_add(radius=0.8, location=(-0.8, 0, 0))
 bpy.ops.mesh.primitive_cube_add(size=1.0, location=(1.0, 0.5, -0.3), rotation=(0.3, 0.2, 0.7))

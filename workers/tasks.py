@@ -22,11 +22,12 @@ from farm.core.state import JobState
 from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import Work
 from workers.attempt.policy import retry_in_s, run_chunk_phase
+from workers.phases.ladder_stitch import stitch_encode
 from workers.phases.render import render_frames
 from workers.phases.segment import segment_chunk
 from workers.phases.stitch import stitch_frames
+from workers.phases.tiles import stitch_still
 from workers.phases.transcode import transcode_segment
-from workers.phases.transcode_stitch import stitch_master
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ STITCHERS: dict[
     JobKind, Callable[[WorkerContext, str, dict[str, str], JobSpec], dict[str, Any]]
 ] = {
     JobKind.RENDER: stitch_frames,
-    JobKind.TRANSCODE: stitch_master,
+    JobKind.TRANSCODE: stitch_encode,  # a single output, or a ladder's renditions
 }
 
 
@@ -56,7 +57,8 @@ def stitch_job(ctx: WorkerContext, job_id: str) -> dict[str, Any]:
     spec = JobSpec.from_json(json.loads(job["spec"]))
     ctx.ledger.stitch_taken(job_id, ctx.name)  # should this worker vanish (farm.control.reconcile)
     with ctx.jobs_here.using(job_id):  # its work folder is in the job's (workers.janitor)
-        return STITCHERS[spec.kind](ctx, job_id, job, spec)
+        stitcher = stitch_still if spec.tiles else STITCHERS[spec.kind]  # a still's tiles merge
+        return stitcher(ctx, job_id, job, spec)
 
 
 def run_stitch(ctx: WorkerContext, job_id: str) -> dict[str, Any]:

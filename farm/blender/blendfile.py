@@ -316,7 +316,21 @@ def _info(bfile: bat.BlendFile) -> SceneInfo:
             )
         ),
         marker_cameras=_marker_cameras(scene),
+        view=_view(scene),
     )
+
+
+def _view(scene: bat.BlendFileBlock) -> dict[str, Any]:
+    """The scene's view and display settings (ColorManagedViewSettings, -DisplaySettings)."""
+    view, display = b"view_settings", b"display_settings"
+    return {
+        "view_transform": scene.get((view, b"view_transform"), as_str=True) or "Standard",
+        "look": scene.get((view, b"look"), as_str=True) or "None",
+        "exposure": float(scene.get((view, b"exposure"), default=0.0)),
+        "gamma": float(scene.get((view, b"gamma"), default=1.0)),
+        "display_device": scene.get((display, b"display_device"), as_str=True) or "sRGB",
+        "curves": bool(int(scene.get((view, b"flag"), default=0)) & 1),  # USE_CURVES
+    }
 
 
 def read_scene(path: Path, *, cached: bool = False) -> SceneInfo:

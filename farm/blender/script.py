@@ -514,7 +514,8 @@ class Renderer:
         clash once plain get a number, so no pass overwrites another."""
         trees = [getattr(scene, "node_tree", None), getattr(scene, "compositing_node_group", None)]
         seen: set[int] = set()
-        folders: set[str] = set()
+        # A tiled still's passes file (`tiles.passes`) is named beside the nodes' own: kept free.
+        folders: set[str] = {str((self.job.get("tiles") or {}).get("passes", "")).casefold()}
         for tree in trees:
             for node in self._nodes(tree, seen):
                 if node.bl_idname != "CompositorNodeOutputFile":
@@ -551,7 +552,7 @@ class Renderer:
         announce("START", self.nonce, frame=frame)
         started = time.monotonic()
         outputs = self.aim_file_outputs(frame)
-        scene.frame_set(frame)
+        scene.frame_set(self.tile(scene, frame))
         bpy.ops.render.render(write_still=False, scene=scene.name)
         render_s = time.monotonic() - started
         result = bpy.data.images.get("Render Result")
@@ -574,6 +575,7 @@ class Renderer:
         finally:
             if read is not None:
                 bpy.data.images.remove(read)
+        self.save_tile_passes(scene, result, outputs)
         os.replace(saved, os.path.join(self.out_dir, name))
         os.replace(previewed, os.path.join(self.out_dir, preview))
         thumb = None
@@ -591,6 +593,43 @@ class Renderer:
             render_s=round(render_s, 3),
             save_s=round(time.monotonic() - started - render_s, 3),
         )
+
+    def tile(self, scene: Any, frame: int) -> int:
+        """The Blender frame to render for `frame`: itself, or for a tiled still (`--tiles`,
+        farm.core.tiles) the still's frame, with slot `frame`'s border set; files keep the slot."""
+        tiles = self.job.get("tiles")
+        if not tiles:
+            return frame
+        set_border(scene.render, [float(v) for v in tiles["borders"][frame]])
+        if tiles.get("denoise"):
+            # Denoised once, after the merge (farm/blender/tilemerge.py): the tile is a full
+            # frame, black outside its region, in multilayer EXR with the denoiser's passes.
+            scene.cycles.use_denoising = False
+            for layer in scene.view_layers:
+                layer.cycles.denoising_store_passes = True
+            scene.render.use_crop_to_border = False
+            image = scene.render.image_settings
+            image.file_format, image.color_depth = "OPEN_EXR_MULTILAYER", "32"
+            image.exr_codec = "ZIP"  # lossless, and what the merge reads the passes of
+        return int(tiles["frame"])
+
+    def save_tile_passes(self, scene: Any, result: Any, folder: str) -> None:
+        """A tiled still's tile: every pass its view layers render, in a 32-bit multilayer EXR
+        (ZIP, which farm/blender/tilemerge.py reads) among the frame's File Output files, for
+        the merge to make the still's passes from. A denoised still's tile is that file itself."""
+        tiles = self.job.get("tiles")
+        if not tiles or tiles.get("denoise") or not tiles.get("passes"):
+            return
+        image = scene.render.image_settings
+        kept = image.file_format, image.color_depth, image.exr_codec
+        os.makedirs(folder, exist_ok=True)
+        try:
+            image.file_format, image.color_depth = "OPEN_EXR_MULTILAYER", "32"
+            image.exr_codec = "ZIP"
+            result.save_render(os.path.join(folder, str(tiles["passes"])), scene=scene)
+        finally:
+            image.file_format = kept[0]
+            image.color_depth, image.exr_codec = kept[1], kept[2]
 
     def read_preview(self, scene: Any, path: str) -> Any:
         """The frame saved at `path`, loaded, where it can be the preview (frame_is_preview) and

@@ -10,7 +10,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -47,6 +47,9 @@ from farm.core.report import (
     to_text,
 )
 from farm.ledger import Ledger
+
+if TYPE_CHECKING:
+    from farm.adapters.store import Store
 
 log = logging.getLogger("farm")
 
@@ -128,6 +131,7 @@ def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
 def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
     """Show a job's state, its chunks, its cost and its output."""
     from farm.cli.watch import summarize
+    from farm.media.streams import status_lines
 
     if api := remote.api(ctx):
         summary = remote.status(api, job_id, wait=wait, quiet=as_json)
@@ -146,6 +150,8 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
             click.echo(printable(settings_text(summary["settings"])))
         for missing in summary["spec"].get("missing_assets", []):
             click.echo(printable(f"  missing at submit (--allow-missing): {missing}"))
+        for line in status_lines(summary["spec"]):  # a transcode's streams (farm.media.streams)
+            click.echo(printable(f"  {line}"))
     if wait:  # the same exit codes as submit --wait
         ctx.exit(0 if summary["state"] == "done" else 1)
 
@@ -236,6 +242,18 @@ def fetch(
                 raise FarmError(not_kept_yet(job_id, version))
             store.get_file(job["output"], target)
             click.echo(str(target))
+            if still_passes := _still_passes(store, job):  # a tiled still's, beside its image
+                from farm.core.tiles import PASSES_EXT
+
+                passes = target.with_name(f"{target.stem}.{PASSES_EXT}")
+                store.get_file(still_passes, passes)
+                click.echo(str(passes))
+            if job.get("package") and version is None:  # a ladder's HLS/DASH, beside the video
+                from farm.control.packages import fetch_package
+
+                package = target.with_name(target.stem + "-package")
+                fetch_package(store, job["package"], package)
+                click.echo(str(package))
         if with_frames:
             frames_dir = (dest if folder else dest.parent) / f"{job_id}-frames"
             # The frames in the scene's own format (EXR, PNG) and what the scene's File Output
@@ -252,6 +270,20 @@ def fetch(
             click.echo(str(frames_dir))
     except OSError as exc:
         raise unwritable(exc, target) from exc
+
+
+def _still_passes(store: Store, job: dict[str, str]) -> str:
+    """The store key of a tiled still's merged passes (farm.core.tiles.passes_key), or "" for
+    any other job; a still merged before stills had passes says so."""
+    from farm.core.tiles import is_tiled, passes_key
+
+    if not is_tiled(job.get("spec")):
+        return ""
+    key = passes_key(job["output"])
+    if store.head(key) is None:
+        click.echo(f"{job.get('id', 'the job')}: its still has no passes file ({key})", err=True)
+        return ""
+    return key
 
 
 @cli.command()

@@ -41,6 +41,7 @@ from farm.core.report import (
 from farm.core.siblings import video_stem
 from farm.core.spec import JobKind, JobSpec, provenance
 from farm.core.state import JobState
+from farm.core.tiles import is_tiled
 
 if TYPE_CHECKING:
     from farm.blender.assets import Traced
@@ -394,6 +395,18 @@ def fetch(
                 raise FarmError(f"job {job_id} is done but the farm lists no video for it")
             api.get_file(video["url"], target, int(video["size"]))
             click.echo(str(target))
+            if is_tiled(status.get("spec")):  # not listed by the API yet
+                click.echo(f"note: job {job_id}'s passes ({name}.passes.exr) are fetched on the "
+                           "farm's own hosts for now (`farm fetch` there)", err=True)  # fmt: skip
+            if found.get("package"):  # a ladder's HLS/DASH, beside the video, as in direct mode
+                from farm.control.packages import fetch_files, package_files
+
+                package = target.with_name(target.stem + "-package")
+                files = package_files({"files": {f["name"]: f for f in found["package"]}})
+                urls = {str(f["name"]): str(f["url"]) for f in found["package"]}
+                fetch_files(files, package,
+                            lambda file, path: api.get_file(urls[file.name], path, file.size))  # fmt: skip
+                click.echo(str(package))
         if with_frames:
             frames_dir = (dest if folder else dest.parent) / f"{job_id}-frames"
             if not found.get("frames"):  # a transcode, or a job that failed before its first frame

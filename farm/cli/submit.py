@@ -94,6 +94,9 @@ allow_path_option = click.option(
     help="Default: render for a .blend file, transcode for a video master (encode: the same).",
 )
 @click.option("--quality", type=int, default=None, help="Encode: CRF/CQ, lower is better.")
+@click.option("--target-quality", default=None, metavar="METRIC=VALUE",
+              help="Encode: ssim=0.98 or psnr=40; each chunk's CRF/CQ is the highest whose short "
+                   "probes reach it (instead of --quality).")  # fmt: skip
 @click.option("--encoder", default="auto", show_default=True, help="Encode: auto, nvenc, software.")
 @click.option("--preset", default="medium", show_default=True, help="Encode: x264-style preset.")
 @click.option("--segment-frames", type=int, default=None, help="Encode: frames per segment.")
@@ -102,6 +105,21 @@ allow_path_option = click.option(
                    "decoded once at submit to find scene cuts, and boundaries move onto them.")  # fmt: skip
 @click.option("--tonemap", is_flag=True,
               help="Encode: an HDR master (PQ or HLG) delivered as SDR BT.709, tone-mapped.")  # fmt: skip
+@click.option("--ladder", default=None, metavar="RUNGS",
+              help="Encode: renditions from one decode of each segment, e.g. 1080p,720p,360p or "
+                   "1920x1080@6M,1280x720@3M (named rungs: a default bitrate per codec; none "
+                   "above the master's size).")  # fmt: skip
+@click.option("--package", type=click.Choice(["hls", "dash", "both"]), default=None,
+              help="Encode, with --ladder: package the renditions as CMAF for HLS, DASH or both, "
+                   "each audio track an alternate rendition.")  # fmt: skip
+@click.option("--drop", default=None, metavar="STREAMS",
+              help="Encode: leave these of the master's streams out, e.g. s:1,a:2 (KIND:N as "
+                   "submit lists them; a, s, d, t, v) or whole kinds: audio, subtitles, data, "
+                   "attachments, chapters, timecode. Without it every stream is kept or the "
+                   "submit is refused naming it.")  # fmt: skip
+@click.option("--deinterlace", is_flag=True,
+              help="Encode: deinterlace an interlaced master (bwdif, one frame per frame); an "
+                   "interlaced master is refused without it.")  # fmt: skip
 @click.option("--drop-dynamic-hdr", is_flag=True,
               help="Encode: a master with HDR10+ or Dolby Vision delivered as HDR10 (its static "
                    "metadata kept, the dynamic metadata dropped); refused without it.")  # fmt: skip
@@ -141,6 +159,9 @@ allow_path_option = click.option(
 @click.option("--hold", is_flag=True,
               help="With --preview: stop `held` after the preview frames (the rest costs nothing "
                    "until `farm resume JOB`).")  # fmt: skip
+@click.option("--tiles", default=None, metavar="N|auto",
+              help="Render one still (--frames 9) as N tiles on up to N workers, merged into one "
+                   "image in the scene's format; auto sizes them from resolution and samples.")  # fmt: skip
 @click.option("--check-frames", is_flag=True,
               help="Flag frames that come out black or one flat colour; `farm status` lists "
                    "them with the `farm retry --frames` that fixes them.")  # fmt: skip
@@ -163,11 +184,16 @@ def submit(
     codec: str,
     kind: str | None,
     quality: int | None,
+    target_quality: str | None,
     encoder: str,
     preset: str,
     segment_frames: int | None,
     tonemap: bool,
     drop_dynamic_hdr: bool,
+    drop: str | None,
+    deinterlace: bool,
+    ladder: str | None,
+    package: str | None,
     no_scene_cuts: bool,
     notify: str | None,
     wait: bool,
@@ -181,12 +207,14 @@ def submit(
     preview: int,
     hold: bool,
     check_frames: bool,
+    tiles: str | None,
 ) -> None:
     """Submit a .blend scene to render, or a video master to transcode, into a video."""
     from farm.control.intake import submit as submit_job
     from farm.core.spec import JobKind
     from farm.media.hdrspec import hdr_note
     from farm.media.probe import submit_box
+    from farm.media.streams import streams_notes
     from farm.media.transcode_spec import transcode_spec_from_file, vfr_note
 
     parents = _parents(after, after_any)
@@ -208,14 +236,19 @@ def submit(
                 resolution=resolution,
                 codec=codec,
                 quality=quality,
+                target_quality=target_quality,
                 encoder=encoder,
                 preset=preset,
                 segment_frames=segment_frames,
                 tonemap=tonemap,
                 drop_dynamic_hdr=drop_dynamic_hdr,
+                drop=drop,
+                deinterlace=deinterlace,
+                ladder=ladder,
+                package=package,
                 scene_cuts=not no_scene_cuts,
             )
-        for note in (vfr_note(spec), hdr_note(spec)):
+        for note in (vfr_note(spec), hdr_note(spec), *streams_notes(spec)):
             if note:
                 click.echo(printable(note), err=True)
         traced = None
@@ -233,6 +266,8 @@ def submit(
     if parents and not estimate:  # an estimate prices the job alone: it never waits
         spec = replace(spec, after=parents, after_any=after_any is not None)
     spec = _with_preview(spec, preview, hold, estimate=estimate)
+    if tiles is not None:
+        spec = _with_tiles(ctx, spec, tiles, loaded, estimate=estimate)
     specs = _siblings(spec, each, cameras, estimate=estimate)
     if api := remote.client(loaded):  # the farm's API (farm login): files up by presigned PUT
         ctx.exit(remote.submit(api, specs, path, traced, priority=priority, max_cost=max_cost,
@@ -291,6 +326,31 @@ def _with_preview(spec: JobSpec, count: int, hold: bool, *, estimate: bool) -> J
         raise SpecError("--preview renders frames of a scene: submit a .blend (a transcode has "
                         "no preview)")  # fmt: skip
     return spec if estimate else replace(spec, preview=count, hold=hold)
+
+
+def _with_tiles(
+    ctx: click.Context, spec: JobSpec, text: str, loaded: Settings, *, estimate: bool
+) -> JobSpec:
+    """`--tiles N|auto` on a render spec (farm.core.tiles.tiled): SpecError (exit 2) for a flag
+    a still would ignore, and for what cannot be tiled."""
+    import contextlib
+
+    from farm.core.errors import FarmError
+    from farm.core.tiles import parse_tiles, tiled
+
+    given = [name for name in ("chunk_size", "fps", "codec")
+             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]  # fmt: skip
+    if given or estimate:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given) or "--estimate"
+        raise SpecError(f"{flags} with --tiles: a tiled still is one image, not a video; leave "
+                        f"{'it' if len(given) < 2 else 'them'} out")  # fmt: skip
+    count = parse_tiles(text)
+    workers = 1
+    if count is None and loaded.redis_url and not remote.client(loaded):
+        with contextlib.suppress(FarmError):  # no farm to ask: auto sizes for one worker
+            hosts = Ledger.from_url(loaded.redis_url).workers().values()
+            workers = sum(1 for w in hosts if "render" in w.get("queues", ())) or 1
+    return tiled(spec, count, workers=workers)
 
 
 def _siblings(
@@ -417,9 +477,9 @@ def _render_spec(
 
 ONLY_FOR = {
     "render": ("fps", "samples", "engine", "camera", "each", "cameras", "allow_missing",
-               "allow_path", "trusted_scripts", "chunk_size", "check_frames"),
-    "transcode": ("quality", "encoder", "preset", "segment_frames", "no_scene_cuts",
-                  "tonemap", "drop_dynamic_hdr"),
+               "allow_path", "trusted_scripts", "chunk_size", "check_frames", "tiles"),
+    "transcode": ("quality", "target_quality", "encoder", "preset", "segment_frames", "no_scene_cuts",
+                  "tonemap", "drop_dynamic_hdr", "ladder", "package", "drop", "deinterlace"),
 }  # fmt: skip
 """`farm submit`'s flags that one kind of job reads and the other does not."""
 

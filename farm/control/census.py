@@ -60,6 +60,9 @@ class Census:
     frame_times_s: list[tuple[float, int]] = field(default_factory=list)
     """(mean frame time, frames) of each rendered chunk: its frames count with its mean, one
     entry a chunk (a 100,000-frame job is a thousand entries a scrape, not 100,000)."""
+    scores: list[tuple[str, str, float]] = field(default_factory=list)
+    """("ssim" or "psnr_db", encoder, value) of each transcoded segment scored
+    (farm.media.quality)."""
 
     def backlog(self) -> Counter[str]:
         """Queued plus running chunks per queue: what the workers on it have to do. Running
@@ -104,6 +107,8 @@ def add_chunk(census: Census, kind_job: dict[str, str], chunk: dict[str, str]) -
     frame_s, rendered = _f(chunk.get("frame_s")), int(_f(chunk.get("frames_rendered")))
     if frame_s > 0:
         census.frame_times_s.append((frame_s, max(rendered, 1)))
+    encoder = chunk.get("encoder", "")
+    census.scores += [(m, encoder, _f(chunk[m])) for m in ("ssim", "psnr_db") if chunk.get(m)]
     census.store_bytes["segments"] += int(_f(chunk.get("segment_bytes")))
     census.store_bytes_read["frames"] += int(_f(chunk.get("frames_fetched_bytes")))
 

@@ -30,6 +30,7 @@ from farm.core.fixes import (
 from farm.core.pipeline import kind_of
 from farm.core.spec import JobKind, JobSpec
 from farm.core.state import ChunkState, JobState
+from farm.core.tiles import fix_slots
 from farm.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,10 @@ def fix_frames(
             "(let it end, or `farm cancel` it and `farm retry --all`)"
         )
     spec = JobSpec.from_json(json.loads(job["spec"]))
-    frames = parse_frame_list(frames_arg, spec.frames)
+    # A tiled still's slots are tiles: its one frame fixes them all (farm.core.tiles.fix_slots).
+    frames = (
+        fix_slots(spec, frames_arg) if spec.tiles else parse_frame_list(frames_arg, spec.frames)
+    )
     held = {int(c["index"]): json.loads(c.get("frames") or "[]") for c in ledger.chunks(job_id)}
     holding = chunks_holding(held, frames)
     fixes = job_fixes(job)

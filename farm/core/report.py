@@ -68,9 +68,26 @@ def chunk_summary(chunk: dict[str, str]) -> dict[str, Any]:
         "duration_s": round(finished - started, 2) if started and finished else None,
         "render_s": _f(chunk.get("render_s")),
         "encode_s": _f(chunk.get("encode_s")),
+        "score_s": _f(chunk.get("score_s")),
         "encoder": chunk.get("encoder", ""),
+        # A transcoded segment's score against its master (farm.media.quality) and, under
+        # --target-quality, the CRF/CQ its probes chose.
+        "ssim": _f(chunk.get("ssim")),
+        "psnr_db": _f(chunk.get("psnr_db")),
+        "quality": int(chunk["quality"]) if chunk.get("quality") else None,
+        "rungs": chunk_rungs(chunk),  # a ladder's: each rendition's score, rung order
         "error": chunk.get("error", ""),
     }
+
+
+def chunk_rungs(chunk: dict[str, str]) -> list[dict[str, float]]:
+    """A ladder chunk's score per rendition (workers.phases.ladder.rung_fields); [] otherwise.
+    The chunk's own `ssim` and `psnr_db` are then its worst rendition's."""
+    ssim, psnr = chunk.get("rungs_ssim"), chunk.get("rungs_psnr_db")
+    if not ssim or not psnr:
+        return []
+    pairs = zip(ssim.split(","), psnr.split(","), strict=True)
+    return [{"ssim": float(a), "psnr_db": float(b)} for a, b in pairs]
 
 
 def job_summary(
@@ -95,6 +112,7 @@ def job_summary(
         "frames_total": int(job.get("frames_total", 0)),
         "frames_rendered": sum(min(c["frames_rendered"], c["frame_count"]) for c in chunk_list),
         "output": job.get("output", ""),
+        "package": job.get("package", ""),
         "chunk_size": job.get("chunk_size", ""),
         "chunk_plan": job.get("chunk_plan", ""),
         "error": job.get("error", ""),
@@ -110,6 +128,7 @@ def job_summary(
         "fixes": _fixes(job),
         "flagged": _flagged(chunks),
         "preview": preview_summary(job, chunks),
+        "quality": job_quality(chunks),
         "chunks": chunk_list,
     }
 
@@ -286,6 +305,9 @@ def status_table(summary: dict[str, Any]) -> Group:
         f"{summary['frames_rendered']}/{summary['frames_total']} rendered, elapsed "
         f"{elapsed_text(summary)}",
     ]
+    if tiles := summary["spec"].get("tiles"):  # farm.core.tiles: each chunk renders one tile
+        lines.append(f"still: frame {summary['spec'].get('tile_frame')} in {tiles} tiles (a "
+                     "chunk a tile, a frame here a tile), merged into one image")  # fmt: skip
     if summary.get("first_frame_s") is not None:
         first = f"first   frame in the store {summary['first_frame_s']:.1f} s after submit"
         if summary.get("first_thumbnail_s") is not None:
@@ -293,6 +315,9 @@ def status_table(summary: dict[str, Any]) -> Group:
         lines.append(first)
     if summary["output"]:
         lines.append(f"output  {summary['output']}")
+    if summary.get("package"):  # a ladder's HLS/DASH package (farm.media.package)
+        lines.append(f"package {summary['package']} ({summary['spec'].get('package')}, "
+                     f"{len(summary['spec'].get('ladder') or [])} renditions)")  # fmt: skip
     if summary.get("chunk_plan"):
         lines.append(f"chunk size {summary['chunk_size']}: {summary['chunk_plan']}")
     if summary.get("cost"):
@@ -302,6 +327,7 @@ def status_table(summary: dict[str, Any]) -> Group:
     lines += preview_lines(summary)
     lines += fix_lines(summary)
     lines += flagged_lines(summary)
+    lines += quality_lines(summary)
     if summary.get("paused_reason"):
         lines.append(f"paused  {summary['paused_reason']}")
     if summary["error"]:
@@ -311,11 +337,14 @@ def status_table(summary: dict[str, Any]) -> Group:
                           ("try", "right"), ("time", "right"), ("worker", "left"),
                           ("last error", "left")):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    scored = any(c.get("ssim") is not None for c in summary["chunks"])
+    if scored:
+        table.add_column("ssim / psnr / crf", justify="right")
     for c in summary["chunks"]:
         dur = f"{c['duration_s']:.1f}s" if c["duration_s"] is not None else ""
         error = c["error"].splitlines()[0][:100] if c["error"] and c["state"] != "done" else ""
         table.add_row(str(c["index"]), c["frames"], c["state"], str(c["attempt"]), dur,
-                      c["worker"], error)  # fmt: skip
+                      c["worker"], error, *((chunk_score_text(c),) if scored else ()))  # fmt: skip
     lines.append(table)
     return Group(*lines)
 
@@ -437,3 +466,74 @@ def cost_line(summary: dict[str, Any]) -> str:
     if c.get("max_cost"):
         line += f"; budget {money(c['max_cost'])}"
     return line
+
+
+def job_quality(chunks: list[dict[str, str]]) -> dict[str, Any] | None:
+    """A transcode's worst and mean segment SSIM and PSNR over the chunks scored, or None
+    (farm.media.quality scores each segment on its worker)."""
+    ssim = [float(c["ssim"]) for c in chunks if c.get("ssim")]
+    psnr = [float(c["psnr_db"]) for c in chunks if c.get("psnr_db")]
+    if not ssim or not psnr:
+        return None
+    rungs = rung_quality([chunk_rungs(c) for c in chunks if c.get("rungs_ssim")])
+    return {
+        "ssim_worst": min(ssim),
+        "ssim_mean": round(sum(ssim) / len(ssim), 6),
+        "psnr_worst_db": min(psnr),
+        "psnr_mean_db": round(sum(psnr) / len(psnr), 3),
+        "chunks_scored": len(ssim),
+        **({"rungs": rungs} if rungs else {}),  # a ladder's, per rendition
+    }
+
+
+def rung_quality(chunks: list[list[dict[str, float]]]) -> list[dict[str, float]]:
+    """A ladder's worst and mean SSIM and PSNR per rendition over its chunks ([] for no ladder)."""
+    per_rung = list(zip(*chunks, strict=True)) if chunks else []
+    return [
+        {
+            "ssim_worst": min(s["ssim"] for s in scores),
+            "ssim_mean": round(sum(s["ssim"] for s in scores) / len(scores), 6),
+            "psnr_worst_db": min(s["psnr_db"] for s in scores),
+            "psnr_mean_db": round(sum(s["psnr_db"] for s in scores) / len(scores), 3),
+        }
+        for scores in per_rung
+    ]
+
+
+def chunk_score_text(chunk: dict[str, Any]) -> str:
+    """`0.9871 / 41.2 dB / 23`: a chunk's SSIM, PSNR and, under --target-quality, its CRF/CQ."""
+    if chunk.get("ssim") is None:
+        return ""
+    if chunk.get("rungs"):  # a ladder's: every rendition, rung order
+        return "  ".join(f"r{n} {r['ssim']:.4f}/{r['psnr_db']:.1f}" for n, r in
+                         enumerate(chunk["rungs"]))  # fmt: skip
+    crf = f" / {chunk['quality']}" if chunk.get("quality") is not None else ""
+    return f"{chunk['ssim']:.4f} / {chunk['psnr_db']:.1f} dB{crf}"
+
+
+def quality_lines(summary: dict[str, Any]) -> list[str]:
+    """`farm status`: a transcode's worst and mean segment score, and its target if any."""
+    q = summary.get("quality")
+    if not q:
+        return []
+    target = (summary.get("spec") or {}).get("target_quality")
+    aim = f"; target {target}, each chunk's CRF/CQ chosen on probes" if target else ""
+    return [
+        f"quality SSIM worst {q['ssim_worst']:.4f} mean {q['ssim_mean']:.4f}, PSNR worst "
+        f"{q['psnr_worst_db']:.1f} dB mean {q['psnr_mean_db']:.1f} dB over "
+        f"{q['chunks_scored']} segments{aim}"
+        + (" (each its worst rendition)" if q.get("rungs") else "")
+    ] + [
+        f"  rung {rung_name(summary, n)}: SSIM worst {r['ssim_worst']:.4f} mean {r['ssim_mean']:.4f}"
+        f", PSNR worst {r['psnr_worst_db']:.1f} dB mean {r['psnr_mean_db']:.1f} dB"
+        for n, r in enumerate(q.get("rungs") or [])
+    ]
+
+
+def rung_name(summary: dict[str, Any], n: int) -> str:
+    """`640x360@800k`: the spec's rung n as `--ladder` writes it."""
+    rungs = (summary.get("spec") or {}).get("ladder") or []
+    if n >= len(rungs):
+        return f"r{n}"
+    r = rungs[n]
+    return f"{r['width']}x{r['height']}@{r['bitrate_kbps']}k"

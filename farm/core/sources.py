@@ -52,6 +52,10 @@ class SceneInfo:
     """The Output panel's File Extensions switch (use_file_extension)."""
     marker_cameras: tuple[str, ...] = ()
     """Cameras the timeline's markers switch to (Bind Camera to Markers), in frame order."""
+    view: dict[str, Any] | None = None
+    """The scene's colour management (view_transform, look, exposure, gamma, display_device,
+    curves): what a tiled still's merge writes its denoised image with (farm.core.tiles); None
+    where it was not read (scenes submitted before it was)."""
 
     @property
     def rate(self) -> Fraction:
@@ -92,6 +96,30 @@ class AudioStream:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MasterStream:
+    """A stream of the master other than the video the farm encodes, and what the job does
+    with it (farm.media.streams plans it at submit)."""
+
+    index: int
+    """ffprobe's index of the stream in the master (`0:N`)."""
+    kind: str
+    """audio, subtitle, data, attachment or video (a second picture, cover art)."""
+    kind_index: int
+    """Its index among the master's streams of its kind: ffmpeg's `a:N`, `s:N`, `d:N`, `t:N`."""
+    codec: str
+    language: str = ""
+    """ISO 639-2 (three letters), or '' when the master names none."""
+    title: str = ""
+    default: bool = False
+    forced: bool = False
+    action: str = ""
+    """What happens to it: farm.media.streams.Action (copy, aac, mov_text, timecode, drop)."""
+    packets: int = 0
+    """A copied bitmap subtitle's cues in the master (the stitch counts them in the deliverable);
+    0 for every other stream."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MasterInfo:
     """What the segments and the stitch need to know about a master, recorded in the job spec."""
 
@@ -121,6 +149,19 @@ class MasterInfo:
     """With segment_starts: per segment, its seek point (as seek_pts is per chunk_size frames)."""
     hdr: HdrInfo | None = None
     """An HDR master's tags and metadata (farm.core.hdr); None for an SDR master."""
+    streams: tuple[MasterStream, ...] = ()
+    """Every stream but the encoded video, each with its plan; () in specs from before plans
+    (their audio alone is carried)."""
+    chapters: int = 0
+    """The master's chapters, carried into the deliverable (0: none, or dropped)."""
+    timecode: str = ""
+    """The master's start timecode (`01:00:00:00`), carried; '' when none or dropped."""
+    dropped: tuple[str, ...] = ()
+    """What --drop named that is not a stream: `chapters`, `timecode`."""
+    field_order: str = ""
+    """ffprobe's field_order of an interlaced master (tt, bb, tb, bt); '' when progressive."""
+    deinterlace: bool = False
+    """Deinterlace it (bwdif, a frame per frame) before the cut; asked for with --deinterlace."""
 
     @property
     def rate(self) -> Fraction:
@@ -137,6 +178,8 @@ class MasterInfo:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["hdr"] = self.hdr.to_json() if self.hdr else None
+        data["streams"] = [asdict(s) for s in self.streams]
+        data["dropped"] = list(self.dropped)
         return data
 
     @classmethod
@@ -145,9 +188,13 @@ class MasterInfo:
         seek = tuple(int(s) for s in data.get("seek_pts", ()))
         hdr = HdrInfo.from_json(data["hdr"]) if data.get("hdr") else None
         cuts = ("scene_cuts", "segment_starts", "segment_seek_pts")  # farm.media.scenecuts
-        rest = {k: v for k, v in data.items() if k not in ("audio", "seek_pts", "hdr", *cuts)}
+        plans = ("streams", "dropped")  # farm.media.streams
+        skip = ("audio", "seek_pts", "hdr", *cuts, *plans)
+        rest = {k: v for k, v in data.items() if k not in skip}
         return cls(
             audio=audio,
+            streams=tuple(MasterStream(**s) for s in data.get("streams") or ()),
+            dropped=tuple(str(d) for d in data.get("dropped") or ()),
             seek_pts=seek,
             hdr=hdr,
             scene_cuts=_ints(data.get("scene_cuts")),

@@ -110,6 +110,18 @@ class Resolution:
         return f"{self.width}x{self.height}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rung:
+    """One rendition of a `--ladder` (farm.media.ladder): its size and its capped bitrate."""
+
+    width: int
+    height: int
+    bitrate_kbps: int
+
+    def __str__(self) -> str:
+        return f"{self.width}x{self.height}@{self.bitrate_kbps}k"
+
+
 class Each(StrEnum):
     """What `farm submit --each` makes one job of."""
 
@@ -151,6 +163,9 @@ class JobSpec:
     """CRF (software) or CQ (NVENC); None: the encoder's default for the codec."""
     preset: str = "medium"
     """x264/x265 preset names; mapped to NVENC p1..p7 and SVT-AV1 presets."""
+    target_quality: str = ""
+    """`--target-quality ssim=0.98` (farm.media.quality.Target): each chunk's CRF/CQ is the
+    highest whose short probes reach it; '': `quality` for every chunk."""
     master: MasterInfo | None = None
     # Render jobs: what the .blend says, and which of the values above a flag set instead.
     scene: SceneInfo | None = None
@@ -187,6 +202,17 @@ class JobSpec:
     check_frames: bool = False
     """`--check-frames`: each segment's encode flags frames that are black or one flat colour
     (farm.media.framecheck), for `farm retry --frames` to fix."""
+    tiles: int = 0
+    """`--tiles N`: a still rendered as N tiles (farm.core.tiles). `frames` is then the tile
+    slots 0..N-1, one chunk each, and `tile_frame` the Blender frame every tile renders; 0: not
+    tiled."""
+    tile_frame: int = 0
+    """The still's frame as Blender numbers it (`--frames 9`), with `tiles`."""
+    ladder: tuple[Rung, ...] = ()
+    """`--ladder`: encode jobs make these renditions, largest first, from one decode of each
+    segment (farm.media.ladder); the first is `resolution`. Empty: one output."""
+    package: str = ""
+    """`--package`: hls, dash or both, made from the ladder's renditions (farm.media.package)."""
 
     @property
     def rate(self) -> Fraction:
@@ -204,6 +230,7 @@ class JobSpec:
         data["kind"] = str(self.kind)
         data["codec"] = str(self.codec)
         data["encoder"] = str(self.encoder)
+        data["ladder"] = [asdict(r) for r in self.ladder]
         if self.group is not None:
             data["group"]["each"] = str(self.group.each)
         return data
@@ -222,6 +249,7 @@ class JobSpec:
             encoder=EncoderChoice(data.get("encoder", "auto")),
             quality=None if data.get("quality") is None else int(data["quality"]),
             preset=str(data.get("preset", "medium")),
+            target_quality=str(data.get("target_quality") or ""),
             master=MasterInfo.from_json(data["master"]) if data.get("master") else None,
             scene=SceneInfo.from_json(data["scene"]) if data.get("scene") else None,
             engine=data.get("engine"),
@@ -237,7 +265,16 @@ class JobSpec:
             view_layer=data.get("view_layer"),
             group=_group(data.get("group")),
             check_frames=bool(data.get("check_frames", False)),
+            tiles=int(data.get("tiles", 0)),
+            tile_frame=int(data.get("tile_frame", 0)),
+            ladder=tuple(_rung(r) for r in data.get("ladder", ())),
+            package=str(data.get("package", "")),
         )
+
+
+def _rung(data: dict[str, Any]) -> Rung:
+    return Rung(width=int(data["width"]), height=int(data["height"]),
+                bitrate_kbps=int(data["bitrate_kbps"]))  # fmt: skip
 
 
 def _group(data: dict[str, Any] | None) -> Group | None:
@@ -438,7 +475,7 @@ def provenance(spec: JobSpec) -> dict[str, dict[str, Any]]:
         return {}
     scene = spec.scene
     values: dict[str, Any] = {
-        "frames": str(spec.frames),
+        "frames": str(spec.tile_frame) if spec.tiles else str(spec.frames),
         "resolution": str(spec.resolution),
         "fps": str(spec.rate) if scene is not None else spec.fps,
         "samples": spec.samples,
@@ -458,6 +495,8 @@ def provenance(spec: JobSpec) -> dict[str, dict[str, Any]]:
             ("blender_version", scene.blender_version),
         ):
             shown[name] = {"value": value, "from": "scene"}
+    if spec.tiles:
+        shown["tiles"] = {"value": spec.tiles, "from": "flag"}
     if spec.view_layer is not None:
         shown["view_layer"] = {"value": spec.view_layer, "from": "flag"}
     shown["scripts"] = {

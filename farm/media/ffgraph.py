@@ -6,6 +6,7 @@ join by stream copy with the concat demuxer, frame-exact.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -52,6 +53,9 @@ class EncodeSettings:
     preset: str = "medium"
     hdr: HdrInfo | None = None
     """An HDR master's signalling (farm.core.hdr): carried into the stream, or tone-mapped."""
+    varied_quality: bool = False
+    """Segments of this job differ in CRF (`--target-quality`): headers that would carry it are
+    left out, so every segment's parameter sets (avcC/hvcC) stay alike and join by copy."""
 
     @property
     def is_nvenc(self) -> bool:
@@ -68,6 +72,25 @@ GLOBAL_ARGS = ("-hide_banner", "-nostdin", "-loglevel", "error", "-y")
 
 def choose_encoder(codec: str, nvenc: bool) -> str:
     return NVENC[codec] if nvenc and codec in NVENC else SOFTWARE[codec]
+
+
+NVENC_HDR10_SINCE = (7, 1)
+"""The first ffmpeg whose NVENC writes HDR10's SEI from the frames' side data (docs/design/hdr.md);
+5.1, Debian 12's, writes the colour tags (VUI) alone."""
+
+
+def ffmpeg_version(text: str) -> tuple[int, int]:
+    """`ffmpeg version 5.1.9-0+deb12u1 ...` (the first line of `ffmpeg -version`) -> (5, 1);
+    (0, 0) for a build that names no release (`ffmpeg version N-113000-g...`, a git snapshot)."""
+    match = re.match(r"\s*ffmpeg version n?(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def nvenc_keeps_hdr10(version: tuple[int, int]) -> bool:
+    """Whether this ffmpeg's NVENC carries mastering display and content light level: the argv
+    is the same either way (colour tags as options, the metadata from the frames); what changes is
+    whether a master with them may encode on NVENC."""
+    return version >= NVENC_HDR10_SINCE
 
 
 def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, object]:
@@ -94,7 +117,10 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
         opts.update(**{"profile:v": 3}, pix_fmt="yuv422p10le", vendor="apl0")
         opts.pop("g")
     elif settings.encoder == "libx264":
-        opts.update(crf=settings.quality, preset=settings.preset, x264opts="no-scenecut:open-gop=0")
+        # stitchable: x264 writes PPS's initial QP from the CRF unless told not to.
+        stitch = ":stitchable=1" if settings.varied_quality else ""
+        opts.update(crf=settings.quality, preset=settings.preset,
+                    x264opts=f"no-scenecut:open-gop=0{stitch}")  # fmt: skip
     elif settings.encoder == "libx265":
         if ten_bit:
             opts["profile:v"] = "main10"
@@ -104,6 +130,8 @@ def codec_options(settings: EncodeSettings, frame_count: int) -> dict[str, objec
             **{
                 "x265-params": ":".join(
                     [f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0:log-level=error"]
+                    # info=0: x265's settings SEI (its CRF among them) would sit in the hvcC.
+                    + (["info=0"] if settings.varied_quality else [])
                     + (x265_hdr_params(hdr) if hdr else [])
                 )
             },

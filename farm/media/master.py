@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import ffmpeg
 
@@ -59,6 +60,12 @@ def container_refusal(name: str, container: str) -> str:
 class Probed:
     info: MasterInfo
     keyframes_pts: tuple[int, ...] = field(default=())
+    shown: dict[str, Any] = field(default_factory=dict)
+    """ffprobe's JSON of the master (streams, format, chapters): farm.media.streams plans them
+    once the deliverable's container is known."""
+    cues: dict[int, str] = field(default_factory=dict)
+    """Per bitmap subtitle stream (its `s:N`), ffprobe's `pts,duration,flags` of its packets:
+    the cues the stitch counts (farm.media.streams.cue_counts)."""
 
 
 def output_rate(avg: Fraction, vfr: bool, frames: int, duration: Fraction) -> Fraction:
@@ -147,8 +154,39 @@ def parse_master(name: str, streams_json: str, packets_csv: str) -> Probed:
         duration_s=float(duration),
         vfr=vfr,
         audio=audio,
+        field_order=interlacing(stream),
     )
-    return Probed(info=info, keyframes_pts=tuple(keyframes or pts[:1]))
+    return Probed(info=info, keyframes_pts=tuple(keyframes or pts[:1]), shown=data)
+
+
+INTERLACED = ("tt", "bb", "tb", "bt")
+"""ffprobe's field_order values of interlaced video (top or bottom field first, coded and shown)."""
+
+
+def interlacing(stream: dict[str, Any]) -> str:
+    """The video stream's field order when it is interlaced; '' when progressive or unknown."""
+    order = str(stream.get("field_order") or "")
+    return order if order in INTERLACED else ""
+
+
+BITMAP_SUBTITLES = ("dvd_subtitle",)
+"""Bitmap subtitles a deliverable may hold by copy, whose cues are counted at submit."""
+
+
+def bitmap_cues(
+    ffprobe: str, source: str, shown: dict[str, Any], box: Box | None, name: str
+) -> dict[int, str]:
+    """Each bitmap subtitle stream's packets (`s:N` -> ffprobe's CSV), read only when the master
+    has one: a second read of the file, demuxed, not decoded."""
+    subtitles = [s for s in shown.get("streams") or [] if s.get("codec_type") == "subtitle"]
+    found = {}
+    for n, stream in enumerate(subtitles):
+        if stream.get("codec_name") in BITMAP_SUBTITLES:
+            argv = probe.packets_argv(ffprobe, source, MASTER_FORMATS)
+            argv[argv.index("v:0")] = f"s:{n}"
+            read = probe.submit_capture(argv, 1800, box, name)
+            found[n] = read.stdout if read.returncode == 0 else ""
+    return found
 
 
 def seek_points(probed: Probed, segment_frames: int) -> MasterInfo:
@@ -170,7 +208,9 @@ def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path, box: Box | None = No
     file is opened); a master that keeps either past its time limit is refused."""
     name = path.name
     source = probe.input_name(path)  # a name like `file:x.mp4` or `-x.mov` is that file
-    shown = probe.submit_capture(probe.format_argv(ffprobe, source, MASTER_FORMATS), 120, box, name)
+    argv = probe.format_argv(ffprobe, source, MASTER_FORMATS)
+    argv[-1:-1] = ["-show_chapters"]  # farm.media.streams plans them with the streams
+    shown = probe.submit_capture(argv, 120, box, name)
     if shown.returncode != 0:
         container = refused_container(shown.stderr)
         if container:
@@ -184,6 +224,7 @@ def probe_master(ffprobe: str, ffmpeg_bin: str, path: Path, box: Box | None = No
         probe.packets_argv(ffprobe, source, MASTER_FORMATS), 1800, box, name
     )
     probed = parse_master(name, shown.stdout, packets.stdout if packets.returncode == 0 else "")
+    probed = replace(probed, cues=bitmap_cues(ffprobe, source, probed.shown, box, name))
     first_frame = (
         ffmpeg.input(source, **probe.whitelists(source, MASTER_FORMATS))
         .output("-", map="0:v:0", f="null", **{"frames:v": 1})
@@ -222,3 +263,16 @@ def _fraction(text: object) -> Fraction:
     except (ValueError, ZeroDivisionError):
         return Fraction(0)
     return value if value > 0 else Fraction(0)
+
+
+def check_interlace(name: str, info: MasterInfo, deinterlace: bool) -> MasterInfo:
+    """An interlaced master is refused unless --deinterlace asks for bwdif (a frame per frame,
+    at the master's rate): the segments' scaler would otherwise comb its fields together."""
+    if info.field_order and not deinterlace:
+        first = "top" if info.field_order in ("tt", "tb") else "bottom"
+        raise SpecError(
+            f"{name}: is interlaced ({first} field first); scaled as it is, its fields would comb; "
+            "add --deinterlace to deinterlace it (bwdif, one frame per frame at "
+            f"{info.avg_frame_rate} fps), or deinterlace it yourself and submit that"
+        )
+    return replace(info, deinterlace=deinterlace)

@@ -1,5 +1,5 @@
 """ffmpeg command lines for encode jobs: one frame-exact segment of a master, and the final mux
-of the joined segments with the master's audio (pure).
+of the joined segments with the master's other streams (pure).
 
 Frames are picked by timestamp, not by seeking: the master's timestamps are rebased to its first
 frame, resampled onto the output's constant-rate grid (the fps filter: frame k is the master frame
@@ -16,12 +16,12 @@ from pathlib import Path
 import ffmpeg
 
 from farm.core.hdr import HdrInfo
+from farm.core.sources import MasterInfo
 from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, moov_reserve_bytes
 from farm.media.hdr import tonemap_filters
 from farm.media.probe import CONCAT_FORMATS, MASTER_FORMATS, input_name, whitelists
+from farm.media.streams import MP4_AUDIO_COPY, carries_more_than_video, mux_options
 
-MP4_AUDIO_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus"})
-"""Audio codecs an MP4 holds as they are; anything else is encoded once to AAC."""
 DEFAULT_QUALITY = {
     "libx264": 20,
     "libx265": 22,
@@ -45,6 +45,8 @@ class SegmentCut:
     start_pts: int
     seek_s: float = 0.0
     """Seconds after the master's start to seek to (a keyframe before `first`); 0: no seek."""
+    deinterlace: bool = False
+    """bwdif first, one frame per frame (an interlaced master, --deinterlace)."""
 
     @property
     def count(self) -> int:
@@ -81,9 +83,11 @@ def segment_filtergraph(
     pix_fmt: str = "yuv420p",
     hdr: HdrInfo | None = None,
 ) -> str:
-    """The cut, then a tone-map to SDR when the job asked for one (on the CPU, before any upload
-    to the GPU), then the scale."""
-    chain = [
+    """The cut (after bwdif on an interlaced master: a frame per frame, its rate kept), then a
+    tone-map to SDR when the job asked for one (on the CPU, before any upload to the GPU), then
+    the scale."""
+    chain = ["bwdif=mode=send_frame:parity=auto:deint=all"] if cut.deinterlace else []
+    chain += [
         f"setpts=PTS-{cut.start_pts}",
         f"fps=fps={cut.rate.numerator}/{cut.rate.denominator}",
     ]
@@ -124,6 +128,10 @@ def segment_argv(
         dn=None,
         vf=segment_filtergraph(cut, width, height, settings.is_nvenc, pix_fmt, settings.hdr),
         fps_mode="passthrough",
+        # the master's tags and chapters stay out of segments (a timecode or chapter track
+        # would be a second track the join refuses); the final mux carries them once
+        map_metadata="-1",
+        map_chapters="-1",
         **{"frames:v": cut.count},
         **opts,
     )
@@ -155,29 +163,40 @@ def mux_argv(
     offset_s: float,
     frames: int,
     audio_packets: int = 0,
+    plan: MasterInfo | None = None,
 ) -> list[str]:
-    """Join the segments by stream copy and carry the master's audio over, once.
+    """Join the segments by stream copy and carry the master's other streams over, once.
 
+    `plan`: the job's master with its stream plan (farm.media.streams): its audio, subtitles,
+    chapters and timecode, with their languages, titles and dispositions, as the plan says;
+    without it, `audio` alone (each stream's codec and channels), as before plans.
     ffmpeg shifts every input so its earliest stream starts at zero; `offset_s` (the master's
-    format start minus its first video frame, zero or less) moves the audio so it keeps its
-    place against the first frame, as in the master. `master`: its local copy (read only when
-    it has `audio`), in a master's container alone; the list, the farm's segments alone.
+    format start minus its first video frame, zero or less) moves the master's streams so they
+    keep their place against the first frame, as in the master. `master`: its local copy (read
+    only when something of it is carried), in a master's container alone; the list, the farm's
+    segments alone.
     """
     joined = ffmpeg.input(list_file, f="concat", safe=0, **whitelists(list_file, CONCAT_FORMATS))
     inputs = [joined["v:0"]]
-    if audio:
-        assert master is not None, "the master's audio is read from its local copy"
+    maps, extra = [f"a:{n}" for n in range(len(audio))], list[str]()
+    codecs = audio_codec_options(audio)
+    if plan is not None:
+        (maps, extra), codecs = mux_options(plan), {}
+    if maps or (plan is not None and carries_more_than_video(plan)):
+        assert master is not None, "the master's streams are read from its local copy"
         name = input_name(master)
         reading = whitelists(name, MASTER_FORMATS)
         if offset_s:
             reading["itsoffset"] = f"{offset_s:.6f}"
         source = ffmpeg.input(name, **reading)
-        inputs += [source[f"a:{n}"] for n in range(len(audio))]
+        inputs += [source[spec] for spec in maps]
     stream = ffmpeg.output(
         *inputs,
         out,
         **{"c:v": "copy"},
-        **audio_codec_options(audio),
+        **codecs,
         moov_size=moov_reserve_bytes(frames, audio_packets),
     )
-    return list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))
+    argv = list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))
+    at = len(argv) - 1 - argv[::-1].index(out)  # options go before the output's name
+    return argv[:at] + extra + argv[at:]

@@ -11,8 +11,11 @@ from farm.core.errors import SpecError
 from farm.core.spec import Codec, EncoderChoice, FrameRange, JobKind, JobSpec, parse_resolution
 from farm.media.hdr import probe_hdr
 from farm.media.hdrspec import hdr_choice
-from farm.media.master import Probed, probe_master, seek_points
+from farm.media.ladder import ladder_choice
+from farm.media.master import Probed, check_interlace, probe_master, seek_points
+from farm.media.quality import target_choice
 from farm.media.scenecuts import find_cuts, moved, place_segments, seeks_at
+from farm.media.streams import cue_counts, parse_drop, plan_streams, with_plan
 
 DEFAULT_RESOLUTION = "3840x2160"
 SEGMENT_S = 10
@@ -54,6 +57,11 @@ def build_transcode_spec(
     cuts: tuple[int, ...] | None = None,
     tonemap: bool = False,
     drop_dynamic_hdr: bool = False,
+    ladder: str | None = None,
+    package: str | None = None,
+    target_quality: str | None = None,
+    drop: str | None = None,
+    deinterlace: bool = False,
 ) -> JobSpec:
     """Validate CLI values for an encode job; the master's frames are numbered 0..N-1. `cuts`:
     the master's scene cuts (farm.media.scenecuts), which segment boundaries move to; None: not
@@ -79,6 +87,12 @@ def build_transcode_spec(
     if segment_frames < 1:
         raise SpecError(f"--segment-frames {segment_frames}: a segment holds at least one frame")
     master = replace(seek_points(probed, segment_frames), hdr=hdr)
+    plan = plan_streams(source_name, probed.shown, parsed_codec.container, parse_drop(drop))
+    plan = cue_counts(source_name, plan, parsed_codec.container, lambda n: probed.cues.get(n, ""))
+    master = with_plan(check_interlace(source_name, master, deinterlace), plan)
+    rungs, package = ladder_choice(ladder, package, resolution, parsed_codec, master)
+    if rungs:
+        resolution = f"{rungs[0].width}x{rungs[0].height}"
     if cuts is not None:
         starts = place_segments(info.frame_count, segment_frames, cuts)
         master = replace(master, scene_cuts=cuts)
@@ -86,6 +100,8 @@ def build_transcode_spec(
             master = replace(
                 master, segment_starts=starts, segment_seek_pts=seeks_at(probed, starts)
             )
+    target = target_choice(target_quality, quality=quality, ladder=bool(rungs),
+                           prores=parsed_codec is Codec.PRORES)  # fmt: skip
     return JobSpec(
         kind=JobKind.TRANSCODE,
         source_name=source_name,
@@ -99,6 +115,9 @@ def build_transcode_spec(
         quality=quality,
         preset=preset,
         master=master,
+        ladder=rungs,
+        package=package,
+        target_quality=target,
     )
 
 

@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -44,6 +45,7 @@ StartResponse = Callable[..., Any]
 Response = tuple[str, str, bytes, list[tuple[str, str]]]
 _LOG_NAME = re.compile(r"^(\d{5})-\w+-attempt\d+(?:-claim\d+)?\.log$")
 _JOB = r"(?P<job>[\w-]+)"  # job ids: letters, digits, - and _ (no dots: keys stay under jobs/)
+_PACKAGE_FILE = r"(?P<name>[\w-]+\.(?:m3u8|mpd|m4s|vtt))"  # as farm.media.package names them
 HTML = "text/html; charset=utf-8"
 PAGE_BODY_MAX_BYTES = 64 << 10
 """A page request's body (the login form's token); the API's routes have their own limits."""
@@ -95,7 +97,7 @@ class FarmWeb:
     def __post_init__(self) -> None:
         self._registry = registry_for(self.ledger)
         self._key = session.session_key(self.password)
-        read = Action.READ_JOB
+        read, out, listed = Action.READ_JOB, Action.OUTPUT, Action.LIST_JOBS
         self._routes = [
             (re.compile(r"^/metrics$"), self.metrics, Action.LIST_JOBS),
             (re.compile(r"^/$"), self.jobs, Action.LIST_JOBS),
@@ -103,6 +105,9 @@ class FarmWeb:
             (re.compile(rf"^/jobs/{_JOB}/thumbs/(?P<frame>\d+)\.jpg$"), self.thumb, read),
             (re.compile(rf"^/jobs/{_JOB}/logs/(?P<name>[\w-]+\.log)$"), self.log_text, Action.LOGS),
             (re.compile(rf"^/jobs/{_JOB}/video\.mp4$"), self.video, Action.OUTPUT),
+            (re.compile(rf"^/jobs/{_JOB}/still\.png$"), self.still, Action.OUTPUT),
+            (re.compile(rf"^/jobs/{_JOB}/package/{_PACKAGE_FILE}$"), self.package_file, out),
+            (re.compile(r"^/static/(?P<name>hls\.min\.js|player\.js)$"), self.static, listed),
         ]
 
     def streams(self, path: str) -> bool:
@@ -333,7 +338,37 @@ class FarmWeb:
             return self._missing(f"job {job} has no video yet")
         return "302 Found", "text/plain", b"", [("Location", self.store.presign_get(output, 600))]
 
+    def still(self, actor: User | None, job: str) -> Response:
+        """A tiled still's image (`--tiles`), PNG, served from here (the page's CSP lets images
+        come from the farm alone); an EXR still is fetched with `farm fetch`."""
+        output = self.ledger.job(job).get("output", "")
+        size = self.store.size(output) if output.endswith(".png") else None
+        if size is None or size > STILL_MAX_BYTES:
+            return self._missing(f"job {job} has no still image to show")
+        return "200 OK", "image/png", self.store.get_bytes(output), []
 
+    def package_file(self, actor: User | None, job: str, name: str) -> Response:
+        """A file of a ladder job's package (farm.media.package), served from here: hls.js reads
+        the playlists and segments with fetch, which the page's CSP keeps to this origin."""
+        prefix = self.ledger.job(job).get("package", "")
+        size = self.store.size(prefix + name) if prefix else None
+        if size is None or size > PACKAGE_FILE_MAX_BYTES:
+            return self._missing(f"job {job} has no package file {name}")
+        ctype = PACKAGE_TYPES[name.rsplit(".", 1)[1]]
+        return "200 OK", ctype, self.store.get_bytes(prefix + name), []
+
+    def static(self, actor: User | None, name: str) -> Response:
+        """The job page's player (hls.js, vendored in farm/web/static)."""
+        body = resources.files("farm.web").joinpath("static", name).read_bytes()
+        return "200 OK", "text/javascript; charset=utf-8", body, []
+
+
+PACKAGE_TYPES = {"m3u8": "application/vnd.apple.mpegurl", "mpd": "application/dash+xml",
+                 "m4s": "video/iso.segment", "vtt": "text/vtt; charset=utf-8"}  # fmt: skip
+PACKAGE_FILE_MAX_BYTES = 64 << 20
+"""A 2 s segment at 200 Mbit/s is 50 MB; the server holds what it sends in memory."""
+STILL_MAX_BYTES = 64 << 20
+"""A 4K 16-bit RGBA PNG is at most about 66 MB; the server holds what it sends in memory."""
 THUMB_MAX_BYTES = 4 << 20
 """A thumbnail is a few KiB; anything near this was not made by the farm's thumbnailer."""
 LOG_MAX_BYTES = 4 << 20

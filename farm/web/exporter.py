@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 DURATION_BUCKETS_S = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 FRAME_BUCKETS_S = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+SSIM_BUCKETS = (0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)
+PSNR_BUCKETS_DB = (25.0, 30.0, 35.0, 38.0, 40.0, 42.0, 45.0, 50.0, 60.0)
 
 METRIC_NAMES = (
     "farm_up",
@@ -49,6 +51,8 @@ METRIC_NAMES = (
     "farm_wasted_cost_usd_total",
     "farm_chunk_duration_seconds",
     "farm_frame_time_seconds",
+    "farm_segment_ssim",
+    "farm_segment_psnr_db",
 )
 """Every family the exporter serves (as named in PromQL; counters carry their _total)."""
 
@@ -154,6 +158,15 @@ def families(census: Census) -> Iterator[Metric]:
         "farm_frame_time_seconds", "Blender's time per frame (each chunk's mean, per frame).",
         "engine", (("blender", s, n) for s, n in census.frame_times_s), FRAME_BUCKETS_S,
     )  # fmt: skip
+    for metric, doc, buckets in (
+        ("ssim", "SSIM of each transcoded segment against its master (1 is identical).",
+         SSIM_BUCKETS),
+        ("psnr_db", "PSNR in dB of each transcoded segment against its master.", PSNR_BUCKETS_DB),
+    ):  # fmt: skip
+        yield _histogram(
+            f"farm_segment_{metric}", doc, "encoder",
+            ((encoder, v, 1) for name, encoder, v in census.scores if name == metric), buckets,
+        )  # fmt: skip
 
 
 class LedgerCollector(Collector):

@@ -17,7 +17,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from farm.core.cost import money as cost_money
-from farm.core.report import elapsed_text, eta_s
+from farm.core.report import chunk_score_text, elapsed_text, eta_s
+from farm.media.streams import status_lines
 
 Cost = tuple[float, float]
 """(spent, expected total) in dollars (farm.core.cost.Spend)."""
@@ -28,14 +29,17 @@ INLINE_HANDLERS = ("this.dataset.loaded=this.naturalWidth", "this.dataset.loaded
 def content_security_policy(media_origin: str = "") -> str:
     """The pages' CSP: nothing loads but the farm's own thumbnails and the video (redirected to
     the store, at `media_origin`); styles inline (the one stylesheet and the bars' widths,
-    numbers only); no script but INLINE_HANDLERS, by hash; no frame may hold a page."""
+    numbers only); no script but INLINE_HANDLERS, by hash, and the farm's own player files
+    (/static: hls.js, which fetches a ladder's package from this origin into a blob: source);
+    no frame may hold a page."""
     hashes = " ".join(
         "'sha256-" + base64.b64encode(hashlib.sha256(h.encode()).digest()).decode() + "'"
         for h in INLINE_HANDLERS
     )
     return "; ".join([
-        "default-src 'none'", "img-src 'self'", f"media-src 'self' {media_origin}".strip(),
-        "style-src 'unsafe-inline'", f"script-src 'unsafe-hashes' {hashes}",
+        "default-src 'none'", "img-src 'self'", f"media-src 'self' blob: {media_origin}".strip(),
+        "style-src 'unsafe-inline'", f"script-src 'self' 'unsafe-hashes' {hashes}",
+        "connect-src 'self'",
         "frame-ancestors 'none'", "base-uri 'none'", "form-action 'none'",
     ])  # fmt: skip
 
@@ -147,10 +151,13 @@ def job_page(
             "duration": clock(finished - started) if started and finished else "",
             "logs": logs.get(c["index"], []) if files else [],
             "error": c["error"].splitlines()[0][:300] if c["error"] else "",
+            "score": chunk_score_text(c),
         })  # fmt: skip
     page = _PAGES.get_template("job.html")
+    # A transcode's streams and what the job does with each, as `farm status` lists them.
+    streams = [line.removeprefix("streams ") for line in status_lines(summary["spec"])]
     return page.render(s=summary, cost=cost, thumbs=thumbs, chunks=chunks, files=files,
-                       preview=preview or [])  # fmt: skip
+                       preview=preview or [], streams=streams)  # fmt: skip
 
 
 def not_found(what: str) -> str:

@@ -49,6 +49,22 @@ def submit(farm: LocalFarm, scene: Path, *args: str) -> str:
     return job_id
 
 
+ENCODE_SMALL = ("--resolution", "320x180", "--preset", "ultrafast", "--segment-frames", "12")
+"""A test master's encode: small, fast, several segments of 12 frames."""
+
+
+def encode_small(farm: LocalFarm, master: Path, out: Path, *args: str) -> dict[str, Any]:
+    """`farm submit MASTER` (ENCODE_SMALL, then `args`) waited for, done, and fetched to `out`:
+    its --json summary, with submit's stderr under "stderr"."""
+    result = farm.farm("submit", str(master), *ENCODE_SMALL, *args, "--wait", "--json")
+    assert result.returncode == 0, f"{result.stderr}\n{farm.logs()}"
+    summary: dict[str, Any] = json.loads(result.stdout)
+    assert summary["state"] == "done", summary["error"]
+    farm.farm("fetch", summary["id"], str(out), check=True)
+    summary["stderr"] = result.stderr
+    return summary
+
+
 def status(farm: LocalFarm, job_id: str) -> dict[str, Any]:
     from farm.core.report import job_summary
 

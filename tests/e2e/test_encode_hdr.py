@@ -4,31 +4,17 @@ on the fetched output as a player reads it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import LocalFarm
+from tests.e2e.farmtools import encode_small
 from tests.hdr_media import TAGS, first_frame, frames_with, make_hdr_master, side_data
 
 pytestmark = pytest.mark.e2e
 MASTERING = "Mastering display metadata"
 LIGHT = "Content light level metadata"
-
-
-def _encode(farm: LocalFarm, master: Path, out: Path, *args: str) -> dict[str, Any]:
-    result = farm.farm(
-        "submit", str(master), "--resolution", "320x180", "--preset", "ultrafast",
-        "--segment-frames", "12", *args, "--wait", "--json",
-    )  # fmt: skip
-    assert result.returncode == 0, f"{result.stderr}\n{farm.logs()}"
-    summary: dict[str, Any] = json.loads(result.stdout)
-    assert summary["state"] == "done", summary["error"]
-    farm.farm("fetch", summary["id"], str(out), check=True)
-    summary["stderr"] = result.stderr
-    return summary
 
 
 def test_an_hdr10_master_keeps_its_mastering_display_and_light_level_through_the_stitch(
@@ -38,7 +24,7 @@ def test_an_hdr10_master_keeps_its_mastering_display_and_light_level_through_the
     master = make_hdr_master(tmp_path / "pq.mp4")
     # WHEN it is transcoded to hevc10 in four segments and stitched
     out = tmp_path / "out.mp4"
-    summary = _encode(local_farm, master, out, "--codec", "hevc10")
+    summary = encode_small(local_farm, master, out, "--codec", "hevc10")
     # THEN the output's first frame carries the master's tags and metadata, value for value
     got, want = first_frame(out), first_frame(master)
     assert [got[t] for t in TAGS] == [want[t] for t in TAGS] == ["bt2020", "smpte2084", "bt2020nc"]
@@ -63,7 +49,7 @@ def test_an_hdr_master_is_tone_mapped_to_bt709_sdr_only_when_asked(
     assert "--codec hevc10" in refused.stderr and "--tonemap" in refused.stderr
     # WHEN it is submitted with --tonemap THEN the output is SDR BT.709 with no HDR10 metadata
     out = tmp_path / "sdr.mp4"
-    _encode(local_farm, master, out, "--codec", "h264", "--tonemap")
+    encode_small(local_farm, master, out, "--codec", "h264", "--tonemap")
     got = first_frame(out)
     assert [got[t] for t in TAGS] == ["bt709", "bt709", "bt709"]
     assert got["pix_fmt"] == "yuv420p"

@@ -45,7 +45,8 @@ def _busy_farm(ledger: Ledger) -> None:
     c2 = ledger.move_chunk("j1", 2, ChunkState.RENDERING, mode="claim", lease_s=30)
     ledger.move_chunk("j1", 2, ChunkState.RENDERED, token=c2.token, render_s=11.0)
     e2 = ledger.move_chunk("j1", 2, ChunkState.ENCODING, mode="claim", lease_s=30)
-    ledger.move_chunk("j1", 2, ChunkState.DONE, token=e2.token, encode_s=3.0, segment_bytes=1000)
+    ledger.move_chunk("j1", 2, ChunkState.DONE, token=e2.token, encode_s=3.0, segment_bytes=1000,
+                      encoder="libx264", ssim=0.985, psnr_db=41.5)  # fmt: skip
     ledger.record_frame("j1", 3, 500, "ab")
     ledger.record_frame("j1", 4, 700, "cd")
     ledger.heartbeat("w1", {"queues": ["render", "stitch"], "cycles_device": "OPTIX"})
@@ -91,6 +92,16 @@ def test_work_histograms_and_bytes_come_from_chunk_fields(ledger: Ledger) -> Non
     assert samples[("farm_chunk_attempts_total", ())] == 3
     worker = (("device", "OPTIX"), ("draining", "false"), ("nvenc", "false"), ("queue", "render"))
     assert samples[("farm_workers", worker)] == 1
+
+
+def test_segment_scores_are_histograms_by_encoder(ledger: Ledger) -> None:
+    _busy_farm(ledger)
+    samples = _samples(ledger)
+    x264 = (("encoder", "libx264"),)
+    assert samples[("farm_segment_ssim_count", x264)] == 1
+    assert samples[("farm_segment_ssim_bucket", (("encoder", "libx264"), ("le", "0.98")))] == 0
+    assert samples[("farm_segment_ssim_bucket", (("encoder", "libx264"), ("le", "0.99")))] == 1
+    assert samples[("farm_segment_psnr_db_sum", x264)] == 41.5
 
 
 def test_a_failed_attempt_counts_as_a_failure(ledger: Ledger) -> None:

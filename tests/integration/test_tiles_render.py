@@ -4,6 +4,7 @@ rendered whole: the tiles land on their pixels exactly and the merge leaves no s
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,12 @@ from pathlib import Path
 import numpy
 import pytest
 
+from farm.adapters.settings import Settings
 from farm.blender import command as blender
 from farm.core.errors import PermanentError
 from farm.core.tiles import Rect, border_of, tile_rects
 from tests.integration.test_blender_render import render
+from workers.host.box import render_box
 from workers.phases.tiles import merge_tiles
 
 HERE = Path(__file__).parent
@@ -27,10 +30,13 @@ FORMATS = {
 }
 
 
-def build_scene(tmp: Path, *, samples: int, denoise: bool, fmt: str = "PNG8") -> Path:
+def build_scene(
+    tmp: Path, *, samples: int, denoise: bool, fmt: str = "PNG8", passes: bool = False
+) -> Path:
     scene = tmp / "still.blend"
+    extra = ["passes"] if passes else []  # Depth and Normal too
     argv = [sys.executable, "-I", str(ROOT / "scenes" / "build_still.py"), str(scene), str(WIDTH),
-            str(HEIGHT), str(samples), str(int(denoise)), fmt]  # fmt: skip
+            str(HEIGHT), str(samples), str(int(denoise)), fmt, *extra]  # fmt: skip
     subprocess.run(argv, check=True, capture_output=True, timeout=300)
     return scene
 
@@ -126,3 +132,33 @@ def test_a_tile_of_the_wrong_size_fails_the_merge_by_name(tmp_path: Path) -> Non
     # THEN the merge names the tile and its region, and writes nothing
     assert f"tile {first}" in str(failed.value) and "its region 43x48" in str(failed.value)
     assert not (tmp_path / "still.png").exists()
+
+
+def test_the_merge_runs_in_the_box_and_reads_only_its_folder(tmp_path: Path) -> None:
+    # GIVEN 4 tiles rendered outside the merge's folder, and that folder's box (as a still's
+    # stitch makes it: workers.phases.tiles.stitch_still)
+    scene = build_scene(tmp_path, samples=1, denoise=False)
+    outside = render_tiles(scene, tmp_path, 4)
+    work = tmp_path / "merge"
+    (work / "home").mkdir(parents=True)
+    box = render_box(Settings(), workspace=work / "home", out_dir=work, scene=work, tree=False)
+    assert box is not None
+
+    def merge(tiles: list[tuple[Path, Rect]]) -> Path:
+        return merge_tiles(blender_bin=blender.WHEEL, work=work, out=work / "still.png",
+                           width=WIDTH, height=HEIGHT, tiles=tiles,
+                           file_format=FORMATS["PNG8"][1], box=box)  # fmt: skip
+
+    # WHEN the boxed merge is given the tiles where they are
+    with pytest.raises(PermanentError) as failed:
+        merge(outside)
+    # THEN it cannot read them (the box shows it its folder alone) and writes nothing
+    assert "could not be merged" in str(failed.value)
+    assert not (work / "still.png").exists()
+    # WHEN the same tiles are in its folder, THEN it merges them
+    inside = []
+    for path, rect in outside:
+        copy = work / f"tile{rect.index}.png"
+        shutil.copyfile(path, copy)
+        inside.append((copy, rect))
+    assert merge(inside).is_file()

@@ -95,7 +95,7 @@ def test_software_segment_seeks_to_a_keyframe_of_the_local_master_and_copies_tim
     assert options(writing) == options([
         "-map", "0:v:0", "-an", "-sn", "-dn",
         "-vf", segment_filtergraph(_cut(24, 48), 3840, 2160, nvenc=False),
-        "-frames:v", "24", "-fps_mode", "passthrough",
+        "-frames:v", "24", "-fps_mode", "passthrough", "-map_metadata", "-1", "-map_chapters", "-1",
         "-vcodec", "libx265", "-pix_fmt", "yuv420p", "-g", "24",
         "-video_track_timescale", "24000", "-crf", "22", "-preset", "fast",
         "-x265-params", "keyint=24:min-keyint=24:scenecut=0:open-gop=0:log-level=error",
@@ -121,7 +121,7 @@ def test_nvenc_segment_from_a_local_file_starts_without_a_seek() -> None:
     assert options(writing) == options([
         "-map", "0:v:0", "-an", "-sn", "-dn",
         "-vf", segment_filtergraph(_cut(0, 24), 1920, 1080, nvenc=True),
-        "-frames:v", "24", "-fps_mode", "passthrough",
+        "-frames:v", "24", "-fps_mode", "passthrough", "-map_metadata", "-1", "-map_chapters", "-1",
         "-vcodec", "h264_nvenc", "-g", "24",
         "-video_track_timescale", "24000", "-preset", "p5", "-rc", "vbr", "-cq", "21",
         "-b:v", "0", "-forced-idr", "1",

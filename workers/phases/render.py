@@ -21,6 +21,7 @@ from farm.blender import command as blender
 from farm.core.errors import PermanentError
 from farm.core.pipeline import PHASES, Phase
 from farm.core.spec import JobSpec
+from farm.core.tiles import tile_job
 from workers.attempt.context import WorkerContext
 from workers.attempt.lease import LeaseKeeper
 from workers.attempt.lifecycle import ChunkAttempt, Outcome
@@ -229,6 +230,8 @@ def _run_blender(
         permit=permit,
         source=attempt.job.get("source_key", ""),
     )
+    if spec.tiles:  # the chunk's frames are tile slots of one still
+        job["tiles"] = tile_job(spec)
     if ctx.warm is None:  # a warm Blender's pool writes it, with the paths its box shows
         job_path.write_text(json.dumps(job))
     argv = blender.script_argv(

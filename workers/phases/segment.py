@@ -25,6 +25,7 @@ from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import ChunkAttempt, Outcome, segment_manifest
 from workers.host.box import media_box
 from workers.phases import s3join
+from workers.phases.tiles import tile_done
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,8 @@ def _master_nans(attempt: ChunkAttempt, frame: int) -> int:
 
 def segment_chunk(attempt: ChunkAttempt) -> Outcome:
     """Frames -> verified segment -> upload; the manifest is written last by the attempt."""
+    if attempt.spec.tiles:  # a still's tiles are merged by its stitch, not encoded
+        return tile_done(attempt)
     ctx, job_id, index = attempt.ctx, attempt.job_id, attempt.index
     started = time.monotonic()
     spec, frames = attempt.spec, attempt.frames

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from farm.core.errors import PermanentError
@@ -18,11 +19,15 @@ from farm.core.spec import EncoderChoice, JobSpec
 from farm.media.ffgraph import EncodeSettings, choose_encoder
 from farm.media.master import check_container
 from farm.media.probe import input_name, probe_streams
+from farm.media.quality import parse_target
 from farm.media.scenecuts import seek_for
 from farm.media.transcode_graph import SegmentCut, default_quality, seek_seconds, segment_argv
+from farm.media.transcode_spec import MAX_QUALITY
 from workers.attempt.context import WorkerContext
 from workers.attempt.lifecycle import ChunkAttempt, Outcome, segment_manifest
 from workers.host.box import media_box
+from workers.phases.ladder import ladder_segment
+from workers.phases.scoring import score_segment, search_quality
 from workers.phases.segment import job_encoder
 from workers.phases.source import fetch_source
 
@@ -64,6 +69,7 @@ def segment_cut(master: MasterInfo, frames: list[int], segment_frames: int) -> S
         total=master.frame_count,
         rate=master.rate,
         start_pts=master.start_pts,
+        deinterlace=master.deinterlace,
         seek_s=seek_seconds(seek, master.start_pts, master.tb),
     )
 
@@ -85,12 +91,26 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
         quality=spec.quality if spec.quality is not None else default_quality(encoder),
         preset=spec.preset,
         hdr=spec.master.hdr,
+        varied_quality=bool(spec.target_quality),
     )
     source_key = attempt.job["source_key"]
     source, container = local_master(ctx, source_key, spec.source_name)
     workspace = attempt.fresh_workspace()
     segment = workspace / f"{index:05d}.{spec.codec.container}"
     cut = segment_cut(spec.master, frames, spec.chunk_size)
+    if spec.ladder:  # one decode, every rendition (workers.phases.ladder)
+        return ladder_segment(attempt, settings=settings, source=source, container=container,
+                              cut=cut, started=started)  # fmt: skip
+    searched: dict[str, object] = {}
+    if spec.target_quality:  # the chunk's own CRF/CQ, from short probes of it
+        target = parse_target(spec.target_quality)
+        chosen, met, tried = search_quality(
+            attempt, source=source, cut=cut, spec=spec, settings=settings, target=target,
+            top=MAX_QUALITY[spec.codec],
+        )  # fmt: skip
+        settings = replace(settings, quality=chosen)
+        searched = {"target": str(target), "target_met": met,
+                    "probes": {str(q): round(v, 6) for q, v in sorted(tried.items())}}  # fmt: skip
     argv = segment_argv(
         ffmpeg_bin=ctx.settings.ffmpeg,
         source=source,
@@ -106,6 +126,11 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     info = probe_streams(ctx.settings.ffprobe, segment, box)
     if info.frames != cut.count:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {cut.count}")
+    scoring = time.monotonic()
+    score = score_segment(
+        attempt, source=source, segment=segment, cut=cut, spec=spec, settings=settings
+    )
+    score_s = time.monotonic() - scoring
     attempt.check_lease("before the upload")
     etag = ctx.store.put_file(attempt.segment_key(spec.codec.container), segment, intermediate=True)
     manifest = segment_manifest(
@@ -118,16 +143,21 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
             "name": settings.encoder,
             "quality": settings.quality,
             "preset": settings.preset,
+            **({"target": searched["target"]} if searched else {}),
             "argv": [a for a in argv[1:] if a not in (input_name(source), str(segment))],
         },
         master={"key": source_key, "container": container},
         etag=etag,
+        quality={**score.fields(), "frames_scored": score.frames, **searched},
     )
     return Outcome(
         fields={
             "encode_s": round(encoded_s, 3),
             "frames_rendered": cut.count,
             "encoder": settings.encoder,
+            **score.fields(),
+            "score_s": round(score_s, 3),
+            **({"quality": settings.quality} if searched else {}),
         },
         manifest=manifest,
         summary={"frames": info.frames, "encoder": encoder},

@@ -1,21 +1,26 @@
 """The stitch of an encode job: join the segments by stream copy (farm.media.join; with the master's
-audio carried over once by ffmpeg, after checking every segment with ffprobe), then prove the
-result matches the master frame for frame.
+audio, subtitles, chapters and timecode carried over once by ffmpeg, after checking every segment
+with ffprobe), then prove the result matches the master frame for frame and holds every stream
+its plan kept (farm.media.streams).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+from farm.adapters.sandbox import Box
 from farm.core.errors import PermanentError
 from farm.core.hdr import HdrInfo
 from farm.core.sources import MasterInfo
 from farm.core.spec import JobSpec
 from farm.media.hdr import hdr_problems, read_hdr
 from farm.media.join import join_segments, probe_joined
-from farm.media.probe import Streams, probe_streams
+from farm.media.probe import Streams, capture, input_name, probe_streams
+from farm.media.streamcheck import deliverable_argv, deliverable_problems
+from farm.media.streams import carried_packets, carries_more_than_video, kept
 from farm.media.transcode_graph import mux_argv
 from workers.attempt.context import WorkerContext
 from workers.host.box import media_box
@@ -24,8 +29,15 @@ from workers.phases.transcode import local_master
 
 
 def check_encoders(encoders: list[dict[str, Any]]) -> None:
-    """Stream copy joins only segments made by one encoder with the same settings."""
-    if any(e != encoders[0] for e in encoders):
+    """Stream copy joins only segments made by one encoder with the same settings. Under
+    `--target-quality` each segment's CRF/CQ is its own (the encoder left out of the headers
+    what would differ, farm.media.ffgraph): encoder, preset and target must match, and the
+    sample descriptions are compared at the join (farm.media.mp4join)."""
+
+    def alike(e: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in e.items() if k != "quality"} if e.get("target") else e
+
+    if any(alike(e) != alike(encoders[0]) for e in encoders):
         names = sorted({f"{e['name']} q{e['quality']} {e['preset']}" for e in encoders})
         raise PermanentError(
             f"segments were made with different encoders or settings ({', '.join(names)}); "
@@ -66,13 +78,34 @@ def check_output(out: Streams, spec: JobSpec, master: MasterInfo) -> None:
         problems.append(
             f"{out.codec} {out.width}x{out.height}, asked for {spec.codec} {spec.resolution}"
         )
-    if len(out.audio_s) != len(master.audio):
-        problems.append(f"{len(out.audio_s)} audio streams, the master has {len(master.audio)}")
-    for n, (got, src) in enumerate(zip(out.audio_s, master.audio, strict=False)):
+    audio = {a.index: a for a in master.audio}
+    keeps = [audio[s.kind_index] for s in kept(master, "audio") if s.kind_index in audio]
+    if len(out.audio_s) != len(keeps):
+        problems.append(f"{len(out.audio_s)} audio streams, the plan keeps {len(keeps)}")
+    for n, (got, src) in enumerate(zip(out.audio_s, keeps, strict=False)):
         if src.duration_s is not None and abs(got - src.duration_s) > frame_s:
             problems.append(f"audio {n} lasts {got:.3f} s, the master's {src.duration_s:.3f} s")
     if problems:
         raise PermanentError("the joined video does not match the master: " + "; ".join(problems))
+
+
+def check_streams_kept(data: dict[str, Any], master: MasterInfo) -> None:
+    """The deliverable holds every stream, chapter and timecode the plan promised, as ffprobe
+    reads them (farm.media.streams)."""
+    problems = deliverable_problems(data, master)
+    if problems:
+        raise PermanentError(
+            "the joined video does not keep the master's streams: " + "; ".join(problems)
+        )
+
+
+def read_deliverable(ffprobe: str, out: Path, box: Box | None) -> dict[str, Any]:
+    """ffprobe's JSON of the deliverable's streams and chapters, in `box`."""
+    shown = capture(deliverable_argv(ffprobe, input_name(out)), 600, box)
+    if shown.returncode != 0:
+        raise PermanentError(f"ffprobe cannot read {out.name}: {shown.stderr.strip()[-300:]}")
+    data: dict[str, Any] = json.loads(shown.stdout or "{}")
+    return data
 
 
 def check_hdr(want: HdrInfo, got: HdrInfo | None) -> None:
@@ -82,6 +115,24 @@ def check_hdr(want: HdrInfo, got: HdrInfo | None) -> None:
         raise PermanentError(
             "the joined video does not keep the master's HDR: " + "; ".join(problems)
         )
+
+
+def final_mux_argv(
+    ffmpeg_bin: str, list_file: Path, source: Path | None, out: Path, master: MasterInfo
+) -> list[str]:
+    """The video joined from `list_file` with every stream of the master's plan carried over
+    once from its local copy `source` (None: nothing but video to carry)."""
+    return mux_argv(
+        ffmpeg_bin=ffmpeg_bin,
+        list_file=str(list_file),
+        master=source,
+        out=str(out),
+        audio=[],
+        plan=master,
+        offset_s=min(0.0, master.format_start_s - master.start_s),
+        frames=master.frame_count,
+        audio_packets=carried_packets(master),
+    )
 
 
 def stitch_master(
@@ -96,27 +147,15 @@ def stitch_master(
         encoders = [{k: v for k, v in ref.encoder.items() if k != "argv"} for ref in refs]
         check_encoders(encoders)
         out = work / f"output.{spec.codec.container}"
-        # The audio is read from the master's local copy (checked here too), in the box.
-        source = local_master(ctx, job["source_key"], spec.source_name)[0] if master.audio else None
+        # The master's other streams are read from its local copy (checked here too), in the box.
+        carried = carries_more_than_video(master)
+        source = local_master(ctx, job["source_key"], spec.source_name)[0] if carried else None
         box = media_box(ctx.settings, writable=(work,), readable=(source,) if source else ())
 
         def mux(list_file: Path, paths: list[Path]) -> list[str]:
             found = [probe_streams(ctx.settings.ffprobe, p, box) for p in paths]
             check_segments(found, spec, encoders)
-            return mux_argv(
-                ffmpeg_bin=ctx.settings.ffmpeg,
-                list_file=str(list_file),
-                master=source,
-                out=str(out),
-                audio=[(a.codec, a.channels) for a in master.audio],
-                offset_s=min(0.0, master.format_start_s - master.start_s),
-                frames=master.frame_count,
-                audio_packets=sum(
-                    # AAC and most codecs carry 1024 samples a packet; 2x covers the rest.
-                    2 * int((a.duration_s or master.duration_s) * a.sample_rate / 1024) + 64
-                    for a in master.audio
-                ),
-            )
+            return final_mux_argv(ctx.settings.ffmpeg, list_file, source, out, master)
 
         joining = time.monotonic()
         with fetching(ctx, refs, work) as paths:
@@ -125,12 +164,14 @@ def stitch_master(
                 lengths=[ref.length for ref in refs],
                 out=out,
                 concat=mux,
-                skip="the master's audio is carried over by ffmpeg" if master.audio else "",
+                skip="the master's other streams are carried over by ffmpeg" if carried else "",
                 box=box,
             )
         join_s = time.monotonic() - joining
         info = probe_joined(ctx.settings.ffprobe, out, joined, master.frame_count, master.rate, box)
         check_output(info, spec, master)
+        if carried:
+            check_streams_kept(read_deliverable(ctx.settings.ffprobe, out, box), master)
         if master.hdr is not None:  # the HDR the job kept, on the first frame as a player reads it
             check_hdr(master.hdr, read_hdr(ctx.settings.ffprobe, out, box))
         output_key = deliver(

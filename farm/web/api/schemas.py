@@ -138,6 +138,12 @@ SCHEMAS: dict[str, Schema] = {
             "codec": {"enum": ["h264", "hevc", "av1", "hevc10", "prores"]},
             "encoder": {"enum": ["auto", "nvenc", "software"]},
             "quality": {"type": ["integer", "null"]},
+            "target_quality": {
+                "type": "string",
+                "description": "`--target-quality`: ssim=0.98 or psnr=40 (as written back by "
+                "the CLI); each chunk's CRF/CQ is the highest whose probes reach it. Not with "
+                "`quality`, `ladder` or ProRes. '': none.",
+            },
             "preset": {"type": "string"},
             "master": {"type": ["object", "null"]},
             "scene": {"type": ["object", "null"]},
@@ -189,11 +195,46 @@ SCHEMAS: dict[str, Schema] = {
                 "first, the last, evenly between) render first, each a chunk, at the farm's top "
                 "priority; 0: no preview. Render jobs only.",
             },
+            "tiles": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 64,
+                "description": "`farm submit --tiles N`: one still rendered as N tiles (2..64), "
+                "`frames` then the tile slots 0..N-1 with `chunk_size` 1, merged into one image "
+                "in the scene's format; 0: not tiled. Render jobs only.",
+            },
+            "tile_frame": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "With `tiles`: the still's frame as Blender numbers it "
+                "(`--frames 9`).",
+            },
             "hold": {
                 "type": "boolean",
                 "description": "`--hold`: the job stops `held` once its preview frames are done "
                 "(the rest is not planned, sent or charged); `POST /jobs/{id}/resume` renders the "
                 "rest, cancel drops it. Needs a preview.",
+            },
+            "ladder": {
+                "type": "array",
+                "maxItems": 8,
+                "items": {
+                    "type": "object",
+                    "required": ["width", "height", "bitrate_kbps"],
+                    "properties": {
+                        "width": {"type": "integer", "minimum": 16, "maximum": 7680},
+                        "height": {"type": "integer", "minimum": 16, "maximum": 4320},
+                        "bitrate_kbps": {"type": "integer", "minimum": 50, "maximum": 200000},
+                    },
+                },
+                "description": "`farm submit --ladder`: encode jobs (h264, hevc) make these "
+                "renditions, largest first (the first is `resolution`), none above the master; "
+                "each segment is decoded once for all of them. Empty: one output.",
+            },
+            "package": {
+                "enum": ["", "hls", "dash", "both"],
+                "description": "`--package`: the ladder packaged as CMAF for HLS, DASH or both, "
+                "under the job's outputs (`output.package/`); needs a ladder.",
             },
         },
     },
@@ -398,6 +439,16 @@ SCHEMAS: dict[str, Schema] = {
                 "type": ["string", "null"],
                 "description": "Why the frames keep the farm's names (frame_000019.exr), not "
                 "the scene's Output path's; null where they follow the scene.",
+            },
+            "package": {
+                "type": ["array", "null"],
+                "description": "A done `--ladder --package` job's HLS/DASH package: each file its "
+                "index (package.json) lists, with its sha256; null without one.",
+                "items": {
+                    "allOf": [_PRESIGNED],
+                    "properties": {"sha256": {"type": "string"}},
+                    "description": "name: the file's name in the package folder.",
+                },
             },
         },
     },

@@ -7,7 +7,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from farm.control import fixes, jobs
+from farm.control import fixes, jobs, packages
 from farm.control.status import job_status
 from farm.core import keys
 from farm.core.naming import OutputPattern, scene_named
@@ -113,7 +113,21 @@ def output(farm: Farm, call: Call) -> Answer:
                     "frame": _frame_of(job_id, key),
                     **_presigned(farm, key, path.as_posix(), sizes[key]),
                 })  # fmt: skip
-    return Answer(200, {"video": video, "frames": frames, "note": note})
+    return Answer(200, {"video": video, "frames": frames, "note": note,
+                        "package": _package(farm, job) if video and not call.query.get("version")
+                        else None})  # fmt: skip
+
+
+def _package(farm: Farm, job: dict[str, str]) -> list[dict[str, Any]] | None:
+    """A done ladder job's HLS/DASH package (farm.media.package): each file its index lists,
+    with the size and SHA-256 `farm fetch` checks, by presigned GET; None without one."""
+    prefix = job.get("package", "")
+    if not prefix:
+        return None
+    return [
+        {**_presigned(farm, prefix + file.name, file.name, file.size), "sha256": file.sha256}
+        for file in packages.stored_files(farm.store, prefix)
+    ]
 
 
 def _frame_of(job_id: str, key: str) -> int | None:

@@ -35,9 +35,13 @@ from farm.core.spec import (
     parse_frames,
     parse_resolution,
 )
+from farm.core.tiles import check_tiled
 from farm.core.versions import parse_version
 from farm.media.hdrspec import check_recorded
+from farm.media.ladder import check_ladder
+from farm.media.quality import target_choice
 from farm.media.scenecuts import check_starts
+from farm.media.streamcheck import check_plan
 from farm.media.transcode_spec import MAX_QUALITY, PRESETS
 from farm.web.api.answers import ApiError, bad_request
 
@@ -228,6 +232,8 @@ def _check_spec(spec: JobSpec) -> None:
     check_preview(spec.preview, spec.hold)
     if spec.preview and spec.kind is not JobKind.RENDER:
         raise SpecError("preview: only a render job has preview frames")
+    if spec.tiles:
+        check_tiled(spec)
     if spec.kind is JobKind.RENDER:
         _check_render(spec)
     else:
@@ -263,6 +269,8 @@ def _check_render(spec: JobSpec) -> None:
         raise SpecError(f"overrides {unknown}: only {', '.join(RENDER_SETTINGS)} may be set")
     if spec.master is not None:
         raise SpecError("a render job has no video master")
+    if spec.ladder or spec.package:
+        raise SpecError("ladder and package are for encode jobs")
     check_sibling(spec)  # --each: its layer, camera and group as the CLI makes them
     if spec.scene is not None:
         parse_version(spec.scene.blender_version)
@@ -296,8 +304,15 @@ def _check_transcode(spec: JobSpec) -> None:
         raise SpecError("encoder nvenc: NVENC has no ProRes; use auto or software")
     if spec.preset not in PRESETS:
         raise SpecError(f"preset {spec.preset!r}: choose one of {', '.join(PRESETS)}")
+    if spec.target_quality and spec.target_quality != target_choice(
+        spec.target_quality, quality=spec.quality, prores=spec.codec is Codec.PRORES,
+        ladder=bool(spec.ladder),
+    ):  # fmt: skip
+        raise SpecError(f"target_quality {spec.target_quality!r}: write it as ssim=0.98 or psnr=40")
     if master.hdr is not None:  # names and numbers that reach ffmpeg's options (farm.media.hdrspec)
         check_recorded(master.hdr, spec.codec, spec.encoder)
+    check_plan(master, spec.codec.container)  # the streams the mux maps (farm.media.streams)
+    check_ladder(spec)  # rungs and package: ints and bitrates that reach ffmpeg (farm.media.ladder)
     if spec.scene is not None or spec.engine is not None or spec.camera is not None:
         raise SpecError("a transcode job has no scene, engine or camera")
 
