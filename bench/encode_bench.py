@@ -18,7 +18,7 @@ from bench import common
 from bench.common import Row
 from farm.media.ffgraph import EncodeSettings, choose_encoder, codec_options
 from farm.media.master import probe_master
-from farm.media.transcode_graph import default_quality, options_argv
+from farm.media.transcode_graph import default_quality
 
 FFMPEG = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 
@@ -81,11 +81,16 @@ def plain_argv(master: Path, out: Path, args: argparse.Namespace, segment: int) 
         "0:a?",
         "-vf",
         scale,
-        *options_argv(opts),
+        *_options_argv(opts),
         "-c:a",
         "copy",
         str(out),
     ]
+
+
+def _options_argv(opts: dict[str, Any]) -> list[str]:
+    """ffmpeg-python's output options as ffmpeg takes them: `-key value`, or `-key` alone."""
+    return [a for k, v in opts.items() for a in (f"-{k}", *(() if v is None else (str(v),)))]
 
 
 def timed(argv: list[str]) -> float:
@@ -135,7 +140,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[dict[str, Any], list[Row]
         out.flush()
         os.fsync(out.fileno())
     cp_s = time.monotonic() - started
-    join_s, stitch_s = float(job.get("join_s", 0)), float(job.get("stitch_s", 0))
+    join_s, stitch_s = float(job.get("fetch_join_s", 0)), float(job.get("stitch_s", 0))
     encode_s = [c.get("encode_s") for c in summary["chunks"]]
     results = {
         "master": {"frames": frames, "seconds": args.seconds, "size": "1920x1080"},
@@ -166,7 +171,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[dict[str, Any], list[Row]
         ),
         Row(
             bench="encode",
-            case=f"stitch: concat + audio mux, {seg_bytes / 1e6:.1f} MB",
+            case=f"stitch: fetch and join (concat + audio mux), {seg_bytes / 1e6:.1f} MB",
             farm=f"{join_s:.3f} s",
             baseline=f"{cp_s:.3f} s (copy same bytes)",
             ratio=join_s / cp_s if cp_s else None,
@@ -196,12 +201,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.seconds, args.resolution = 4.0, "1280x720"
     work = Path(tempfile.mkdtemp(prefix="farm-encode-bench-"))
+    started = time.time()
     try:
         results, rows = run(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    results = {"machine": common.machine(), "encode": results, "rows": [_row(r) for r in rows]}
-    path = args.out / time.strftime("encode-%Y%m%d-%H%M%S.json")
+    results = {"machine": common.machine(), "started": started, "finished": time.time(),
+               "quick": args.quick, "encode": results, "rows": [_row(r) for r in rows]}  # fmt: skip
+    path = args.out / time.strftime("bench-%Y%m%d-%H%M%S.json")
     common.dump(path, results)
     print("| case | farm | baseline | ratio |\n|---|---|---|---|")
     for r in rows:

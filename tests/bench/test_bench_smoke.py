@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import containers, dispatch, ledger, overhead, saves, stitch, store
+from bench import containers, dispatch, ladder, ledger, overhead, saves, stitch, store
 from bench.common import ROOT, LocalFarm, Row
 
 
@@ -63,6 +63,24 @@ def test_dispatch_smoke(bench_farm: LocalFarm) -> None:
     chunk, bare = result["cpu_ms_per_chunk"], result["cpu_ms_per_bare_task"]
     assert chunk["workers"] > bare["workers"] > 0 and chunk["store"] > bare["store"]
     assert "ms CPU (workers " in rows[0].note
+
+
+def test_ladder_farm_smoke(bench_farm: LocalFarm) -> None:
+    """One round on the tests' farm, the separate jobs' CRFs given (matching them to the rungs'
+    bitrates is the full run's work): the ladder job and one transcode job per rung all done, each
+    side's seconds and each rung's bytes recorded."""
+    result, rows = ladder.run_farm(quick=True, rounds=1, farm=bench_farm, crfs=[27, 24, 21])
+    _rows_ok(rows, "ladder")
+    (first,) = result["rounds"]
+    assert first["order"] == ["ladder", "separate"]
+    assert len(first["ladder"]["jobs"]) == 1 and len(first["separate"]["jobs"]) == 3
+    for side in (first["ladder"], first["separate"]):
+        assert side["wall_s"] > 0 and side["encode_s"] > 0 and side["stitch_s"] > 0
+        assert len(side["rung_bytes"]) == 3 and all(b > 0 for b in side["rung_bytes"])
+    # Largest rung first on both sides: 640x360, then 426x240 and 256x144.
+    assert result["separate"][0].startswith("640x360 crf 27")
+    assert first["ladder"]["rung_bytes"] == sorted(first["ladder"]["rung_bytes"], reverse=True)
+    assert result["ratio_min"] == result["ratio_median"] == first["ratio"] > 0
 
 
 def test_ledger_smoke() -> None:
