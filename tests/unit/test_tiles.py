@@ -293,3 +293,25 @@ def test_tiles_with_other_passes_or_sizes_fail_the_merge_by_name(tmp_path: Path)
 def test_a_stills_passes_sit_beside_its_image_and_its_versions() -> None:
     assert passes_key("jobs/j1/output.png") == "jobs/j1/output.passes.exr"
     assert passes_key("jobs/j1/output.v2.exr") == "jobs/j1/output.v2.passes.exr"
+
+
+def test_the_api_takes_a_scenes_view_settings_as_plain_values_only() -> None:
+    """A spec through the API carries the scene's view (the denoised merge's colour management):
+    read back as the CLI wrote it; a nested or oversized value is refused by name."""
+    from farm.web.api.answers import ApiError
+    from farm.web.api.validate import job_spec
+
+    spec = tiled(_still(view=VIEW), 4)
+    assert job_spec(spec.to_json(), max_chunks=100) == spec
+    assert job_spec(tiled(_still(view=None), 4).to_json(), max_chunks=100).scene.view is None  # type: ignore[union-attr]
+    for view, said in (
+        ({**VIEW, "look": {"nested": 1}}, "spec.scene.view.look must be a string"),
+        ({"x" * 65: 1}, "spec.scene.view has a name that is not 1 to 64 characters"),
+        ({f"k{n}": n for n in range(65)}, "spec.scene.view must be an object of at most 64"),
+        ("AgX", "spec.scene.view must be an object"),
+    ):
+        data = spec.to_json()
+        data["scene"]["view"] = view
+        with pytest.raises(ApiError) as refused:
+            job_spec(data, max_chunks=100)
+        assert said in str(refused.value)

@@ -363,6 +363,9 @@ def _fits(hint: Any, value: object, where: str) -> None:
         for i, element in enumerate(value):
             _fits(item, element, f"{where}[{i}]")
         return
+    if origin is dict:
+        _fits_mapping(get_args(hint)[1], value, where)
+        return
     if isinstance(hint, type) and issubclass(hint, Enum):
         choices = [str(m.value) for m in hint] + (["encode"] if hint is JobKind else [])
         if value not in choices:
@@ -384,3 +387,21 @@ def _fits(hint: Any, value: object, where: str) -> None:
     if not ok:
         name = getattr(hint, "__name__", str(hint))
         raise SpecError(f"{where} must be {'a string' if hint is str else f'a {name}'}")
+
+
+MAX_KEYS = 64
+"""A mapping in a spec (a scene's view settings) is a few named values, never a store."""
+
+
+def _fits_mapping(values: Any, value: object, where: str) -> None:
+    """An object of at most MAX_KEYS short names, each value of the hint `values`; for `Any`, a
+    plain JSON value (a string, a number, true or false, or null), never a nested one."""
+    if not isinstance(value, dict) or len(value) > MAX_KEYS:
+        raise SpecError(f"{where} must be an object of at most {MAX_KEYS} names")
+    for key, item in value.items():
+        if not isinstance(key, str) or not 0 < len(key) <= 64:
+            raise SpecError(f"{where} has a name that is not 1 to 64 characters")
+        if values is not Any:
+            _fits(values, item, f"{where}.{key}")
+        elif item is not None and not isinstance(item, bool) and not is_number(item):
+            _fits(str, item, f"{where}.{key}")
