@@ -41,7 +41,7 @@ from farm.core.report import (
 from farm.core.siblings import video_stem
 from farm.core.spec import JobKind, JobSpec, provenance
 from farm.core.state import JobState
-from farm.core.tiles import is_tiled
+from farm.core.tiles import PASSES_EXT, is_tiled
 
 if TYPE_CHECKING:
     from farm.blender.assets import Traced
@@ -395,9 +395,12 @@ def fetch(
                 raise FarmError(f"job {job_id} is done but the farm lists no video for it")
             api.get_file(video["url"], target, int(video["size"]))
             click.echo(str(target))
-            if is_tiled(status.get("spec")):  # not listed by the API yet
-                click.echo(f"note: job {job_id}'s passes ({name}.passes.exr) are fetched on the "
-                           "farm's own hosts for now (`farm fetch` there)", err=True)  # fmt: skip
+            if passes := found.get("passes"):  # a tiled still's, beside its image
+                where = target.with_name(f"{target.stem}.{PASSES_EXT}")
+                api.get_file(passes["url"], where, int(passes["size"]))
+                click.echo(str(where))
+            elif is_tiled(status.get("spec")):
+                click.echo(f"{job_id}: its still has no passes file", err=True)
             if found.get("package"):  # a ladder's HLS/DASH, beside the video, as in direct mode
                 from farm.control.packages import fetch_files, package_files
 

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from farm.blender.tilemerge import read_exr
 from tests.conftest import DEMO, ROOT, LocalFarm, ffprobe
 from tests.e2e.farmtools import status, wait_for
+from tests.integration.test_tiles_render import HEIGHT, WIDTH, build_scene
 
 pytestmark = pytest.mark.e2e
 TEXTURED = ROOT / "scenes" / "textured.blend"
@@ -167,6 +169,30 @@ def test_a_whole_render_job_through_the_api(
     assert "Read library:" in logs  # Blender's own words, from the chunk's render
     none = ann.farm("logs", job_id, "--chunk", "99")
     assert none.returncode == 1 and f"no logs for {job_id} chunk 99 yet" in none.stderr
+
+
+def test_a_tiled_still_through_the_api_comes_down_with_its_passes(
+    local_farm: LocalFarm, ann: Client, tmp_path: Path
+) -> None:
+    # GIVEN a 128x96 still rendering Depth and Normal beside its image, on the artist's machine
+    (ann.home / "still").mkdir()
+    scene = build_scene(ann.home / "still", samples=2, denoise=False, passes=True)
+    # WHEN it is submitted through the API in 2 tiles and fetched
+    done = ann.farm("submit", str(scene), "--frames", "9", "--tiles", "2", "--wait", "--json",
+                    timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr + local_farm.logs()
+    job_id = json.loads(done.stdout)["id"]
+    fetched = ann.ok("fetch", job_id, f"{tmp_path}/out/").stdout.split()
+    # THEN the image and its passes come down beside each other, as in direct mode
+    still, passes = (Path(line) for line in fetched[-2:])
+    assert still == tmp_path / "out" / f"{job_id}.png" and still.stat().st_size > 0
+    assert passes == tmp_path / "out" / f"{job_id}.passes.exr"
+    layers = read_exr(str(passes))[1]
+    assert {"ViewLayer.Depth.Z", "ViewLayer.Normal.X", "ViewLayer.Combined.R"} <= set(layers)
+    assert layers["ViewLayer.Depth.Z"].shape == (HEIGHT, WIDTH)
+    # AND they are the store's bytes
+    stored = local_farm.store().get_bytes(f"jobs/{job_id}/output.passes.exr")
+    assert passes.read_bytes() == stored
 
 
 def test_another_artists_cancel_is_refused_and_the_owners_is_not(

@@ -440,6 +440,11 @@ SCHEMAS: dict[str, Schema] = {
                 "description": "Why the frames keep the farm's names (frame_000019.exr), not "
                 "the scene's Output path's; null where they follow the scene.",
             },
+            "passes": {
+                "oneOf": [_PRESIGNED, {"type": "null"}],
+                "description": "A tiled still's render passes merged into one multilayer EXR, "
+                "beside its image (the version's with `version=N`); null for any other job.",
+            },
             "package": {
                 "type": ["array", "null"],
                 "description": "A done `--ladder --package` job's HLS/DASH package: each file its "

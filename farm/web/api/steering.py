@@ -11,6 +11,7 @@ from farm.control import fixes, jobs, packages
 from farm.control.status import job_status
 from farm.core import keys
 from farm.core.naming import OutputPattern, scene_named
+from farm.core.tiles import PASSES_EXT, is_tiled, passes_key
 from farm.web.api.answers import Answer, bad_request
 from farm.web.api.call import Call, Farm
 from farm.web.api.validate import is_number
@@ -100,6 +101,9 @@ def output(farm: Farm, call: Call) -> Answer:
         key = ""
     if key and (size := farm.store.size(key)) is not None:
         video = _presigned(farm, key, f"{job_id}{PurePosixPath(key).suffix}", size)
+    passes = None  # a tiled still's merged passes, beside its image (farm.core.tiles)
+    if video and is_tiled(job.get("spec")) and (size := farm.store.size(passes_key(key))):
+        passes = _presigned(farm, passes_key(key), f"{job_id}.{PASSES_EXT}", size)
     frames: list[dict[str, Any]] = []
     note = None
     if call.int_query("frames", 0, 0, 1):
@@ -113,7 +117,7 @@ def output(farm: Farm, call: Call) -> Answer:
                     "frame": _frame_of(job_id, key),
                     **_presigned(farm, key, path.as_posix(), sizes[key]),
                 })  # fmt: skip
-    return Answer(200, {"video": video, "frames": frames, "note": note,
+    return Answer(200, {"video": video, "frames": frames, "note": note, "passes": passes,
                         "package": _package(farm, job) if video and not call.query.get("version")
                         else None})  # fmt: skip
 
