@@ -22,7 +22,6 @@ from farm.core.fixes import (
     Fix,
     chunks_holding,
     default_reason,
-    frames_text,
     job_fixes,
     parse_frame_list,
     versions,
@@ -80,6 +79,7 @@ def fix_frames(
     fix = Fix(
         frames=frames, reason=reason or default_reason(by), by=by, at=time.time(),
         chunks=tuple(holding),
+        still=f"{spec.tile_frame} (all {spec.tiles} tiles)" if spec.tiles else "",
     )  # fmt: skip
     if state == JobState.DONE:
         fix = _fix_done(settings, ledger, job, fixes, fix)
@@ -87,7 +87,7 @@ def fix_frames(
         jobs.resend_waiting(settings, ledger, job_id)
     else:
         waiting = _fix_failed(settings, ledger, job_id, fixes, fix)
-    ledger.event(job_id, "frames-fix", frames=frames_text(frames), reason=fix.reason, by=by)
+    ledger.event(job_id, "frames-fix", frames=fix.shown, reason=fix.reason, by=by)
     return Fixed(fix=fix, waiting=waiting)
 
 

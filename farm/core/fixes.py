@@ -99,6 +99,14 @@ class Fix:
     output_etag: str = ""
     """The ETag of the video the fix replaces: the stitch that makes the new one first moves the
     object with that ETag (and only it) to `version_key` (workers.phases.versions)."""
+    still: str = ""
+    """A tiled still's fix as its user asked for it (`9 (all 4 tiles)`): its `frames` are the
+    tile slots the chunks render, which are no frame of the scene (farm.core.tiles)."""
+
+    @property
+    def shown(self) -> str:
+        """The frames fixed, as `farm status` and `farm retry` say them."""
+        return self.still or frames_text(self.frames)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +118,7 @@ class Fix:
             "version": self.version,
             "version_key": self.version_key,
             "output_etag": self.output_etag,
+            **({"still": self.still} if self.still else {}),
         }
 
     @classmethod
@@ -124,6 +133,7 @@ class Fix:
             version=None if version is None else int(version),
             version_key=str(data.get("version_key", "")),
             output_etag=str(data.get("output_etag", "")),
+            still=str(data.get("still", "")),
         )
 
 

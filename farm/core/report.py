@@ -17,7 +17,7 @@ from rich.table import Table
 
 from farm.core import preview
 from farm.core.cost import money
-from farm.core.fixes import frames_text
+from farm.core.fixes import Fix, frames_text
 from farm.core.pipeline import running_states
 from farm.core.state import ENDED
 
@@ -167,12 +167,15 @@ def flagged_lines(summary: dict[str, Any]) -> list[str]:
 
 def fixed_text(job_id: str, fix: dict[str, Any], waiting: list[int]) -> str:
     """What `farm retry --frames` says, in both modes."""
-    frames = frames_text(fix.get("frames", ()))
-    kept = f"; the video so far is kept as version {fix['version']}" if fix.get("version") else ""
+    shown = Fix.from_json(fix)
+    made, output = (
+        ("their tiles again and the merge makes the still again", "still")
+        if shown.still else ("them again and encode their segments again", "video")
+    )  # fmt: skip
+    kept = f"; the {output} so far is kept as version {shown.version}" if shown.version else ""
     return (
-        f"fixing {job_id} frames {frames} ({fix.get('reason', '')}): chunks "
-        f"{', '.join(map(str, fix.get('chunks', ())))} render them again and encode their "
-        f"segments again{kept}; {len(waiting)} chunks waiting"
+        f"fixing {job_id} frames {shown.shown} ({shown.reason}): chunks "
+        f"{', '.join(map(str, shown.chunks))} render {made}{kept}; {len(waiting)} chunks waiting"
     )
 
 
@@ -181,7 +184,7 @@ def fix_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for fix in summary.get("fixes", ()):
         at = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(fix.get("at") or 0)))
-        frames = frames_text(fix.get("frames", ()))
+        frames = Fix.from_json(fix).shown
         lines.append(f"fixed   frames {frames} at {at} by {fix.get('by', '')}: "
                      f"{fix.get('reason', '')}")  # fmt: skip
         if fix.get("version"):

@@ -113,8 +113,12 @@ def test_a_tiled_still_is_the_frame_rendered_whole(local_farm: LocalFarm, tmp_pa
     assert "renders one still, frame 9, in 4 tiles; `--frames 9` renders all" in refused.stderr
     # WHEN its frame is fixed
     fixed = local_farm.farm("retry", job_id, "--frames", "9", check=True).stdout
-    assert "kept as version 1" in fixed, fixed
+    assert f"fixing {job_id} frames 9 (all 4 tiles)" in fixed, fixed
+    assert "the merge makes the still again; the still so far is kept as version 1" in fixed
     assert wait_final(local_farm, job_id, 300)["state"] == "done"
+    # AND `farm status` says the still's frame was fixed, not tile slots 0-3
+    shown = local_farm.farm("status", job_id, check=True).stdout
+    assert "fixed   frames 9 (all 4 tiles) at " in shown and "frames 0-3" not in shown, shown
     # THEN every tile rendered again, and the still before it is version 1, a PNG with its passes
     assert local_farm.ledger().render_counts(job_id) == dict.fromkeys(range(4), 2)
     store = local_farm.store()
