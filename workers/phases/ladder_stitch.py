@@ -15,7 +15,6 @@ from typing import Any
 from farm.adapters import proc
 from farm.adapters.sandbox import Box, wrap
 from farm.adapters.store import sha256_file
-from farm.core import keys
 from farm.core.errors import PermanentError
 from farm.core.sources import MasterInfo
 from farm.core.spec import JobSpec, Rung
@@ -49,19 +48,18 @@ from workers.phases.transcode_stitch import (
 
 
 def rendition_refs(ctx: WorkerContext, job_id: str, rungs: int) -> list[list[SegmentRef]]:
-    """Per rung, the segments in join order, as each chunk's manifest lists them."""
+    """Per rung, the segments in join order, as each chunk's manifest lists them (read once, by
+    segment_refs)."""
     refs = segment_refs(ctx, job_id)
-    named = [keys.chunk_manifest_key(job_id, chunk) for chunk in ctx.ledger.chunks(job_id)]
-    listed = {ref.index: ctx.store.get_json(named[ref.index]).get("renditions") for ref in refs}
-    if any(not isinstance(r, list) or len(r) != rungs for r in listed.values()):
+    listed = [ref.renditions or () for ref in refs]
+    if any(len(renditions) != rungs for renditions in listed):
         raise PermanentError(
             f"a segment's manifest lists no {rungs} renditions; the job's segments were not made "
             "as its ladder asks: `farm retry` the job"
         )
     return [
-        [replace(ref, key=str(listed[ref.index][n]["key"]), size_bytes=int(listed[ref.index][n]["size"]),
-                 sha256=str(listed[ref.index][n]["sha256"]))
-         for ref in refs]
+        [replace(ref, key=str(rs[n]["key"]), size_bytes=int(rs[n]["size"]), sha256=str(rs[n]["sha256"]))
+         for ref, rs in zip(refs, listed, strict=True)]
         for n in range(rungs)
     ]  # fmt: skip
 

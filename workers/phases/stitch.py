@@ -54,6 +54,9 @@ class SegmentRef:
     """Where it goes in the video (first_frame)."""
     etag: str = ""
     """The stored object's ETag when its manifest recorded one (workers.phases.s3join insists on it)."""
+    renditions: tuple[dict[str, Any], ...] | None = None
+    """A ladder segment's renditions as its manifest lists them (workers.phases.ladder), rung
+    order; None where the manifest lists none."""
 
     @property
     def length(self) -> tuple[int, Fraction]:
@@ -95,6 +98,7 @@ def _ref(manifest: dict[str, Any], index: int) -> SegmentRef:
         encoder=manifest["encoder"],
         first=first_frame(manifest, index),
         etag=str(seg.get("etag", "")),
+        renditions=tuple(r) if isinstance(r := manifest.get("renditions"), list) else None,
     )
 
 
