@@ -117,6 +117,9 @@ allow_path_option = click.option(
                    "submit lists them; a, s, d, t, v) or whole kinds: audio, subtitles, data, "
                    "attachments, chapters, timecode. Without it every stream is kept or the "
                    "submit is refused naming it.")  # fmt: skip
+@click.option("--container", type=click.Choice(["mp4", "mov", "mkv"]), default=None,
+              help="Encode: the deliverable's container; default MP4 (MOV for prores). mkv keeps "
+                   "every audio codec, ASS, PGS and fonts as they are.")  # fmt: skip
 @click.option("--deinterlace", is_flag=True,
               help="Encode: deinterlace an interlaced master (bwdif, one frame per frame); an "
                    "interlaced master is refused without it.")  # fmt: skip
@@ -192,6 +195,7 @@ def submit(
     drop_dynamic_hdr: bool,
     drop: str | None,
     deinterlace: bool,
+    container: str | None,
     ladder: str | None,
     package: str | None,
     no_scene_cuts: bool,
@@ -244,6 +248,7 @@ def submit(
                 drop_dynamic_hdr=drop_dynamic_hdr,
                 drop=drop,
                 deinterlace=deinterlace,
+                container=container,
                 ladder=ladder,
                 package=package,
                 scene_cuts=not no_scene_cuts,
@@ -479,7 +484,7 @@ ONLY_FOR = {
     "render": ("fps", "samples", "engine", "camera", "each", "cameras", "allow_missing",
                "allow_path", "trusted_scripts", "chunk_size", "check_frames", "tiles"),
     "transcode": ("quality", "target_quality", "encoder", "preset", "segment_frames", "no_scene_cuts",
-                  "tonemap", "drop_dynamic_hdr", "ladder", "package", "drop", "deinterlace"),
+                  "tonemap", "drop_dynamic_hdr", "ladder", "package", "drop", "deinterlace", "container"),
 }  # fmt: skip
 """`farm submit`'s flags that one kind of job reads and the other does not."""
 

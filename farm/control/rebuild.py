@@ -83,7 +83,7 @@ def stored_output(store: Store, job_id: str) -> str | None:
         spec = JobSpec.from_json(store.get_json(keys.spec_key(job_id))["spec"])
     except (ObjectMissing, KeyError, TypeError, ValueError):
         return None
-    output = keys.output_key(job_id, spec.codec.container)
+    output = keys.output_key(job_id, spec.deliverable)
     return output if store.exists(output) else None
 
 
@@ -260,7 +260,7 @@ class JobReader:
         state = str(control.get("state", ""))
         if state in ENDED and state != JobState.DONE:
             return Found(job_id, "ended", why=state), None
-        output = keys.output_key(job_id, spec.codec.container)
+        output = keys.output_key(job_id, spec.deliverable)
         if store.exists(output):  # `farm fetch` finds it there
             return Found(job_id, "done", why=output), None
         names = store.sizes(keys.job_prefix(job_id))

@@ -213,6 +213,14 @@ class JobSpec:
     segment (farm.media.ladder); the first is `resolution`. Empty: one output."""
     package: str = ""
     """`--package`: hls, dash or both, made from the ladder's renditions (farm.media.package)."""
+    container: str = ""
+    """`--container`: the deliverable's container (mp4, mov or mkv); '': the codec's own
+    (Codec.container). The segments are always the codec's own."""
+
+    @property
+    def deliverable(self) -> str:
+        """The deliverable's container and file extension: `output.mkv`, `output.mp4`."""
+        return self.container or self.codec.container
 
     @property
     def rate(self) -> Fraction:
@@ -269,6 +277,7 @@ class JobSpec:
             tile_frame=int(data.get("tile_frame", 0)),
             ladder=tuple(_rung(r) for r in data.get("ladder", ())),
             package=str(data.get("package", "")),
+            container=str(data.get("container") or ""),
         )
 
 

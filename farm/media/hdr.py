@@ -172,7 +172,7 @@ def probe_hdr(ffprobe: str, path: Path, box: Box | None = None) -> HdrInfo | Non
 def read_hdr(ffprobe: str, path: Path, box: Box | None = None) -> HdrInfo | None:
     """A file this farm made (a deliverable), read as `probe_hdr` reads a master; unreadable is
     a permanent error."""
-    argv = probe.side_data_argv(ffprobe, probe.input_name(path), probe.FARM_FORMATS)
+    argv = probe.side_data_argv(ffprobe, probe.input_name(path), probe.farm_formats(path))
     shown = probe.capture(argv, 120, box)
     if shown.returncode != 0:
         raise PermanentError(f"ffprobe cannot read {path.name}: {shown.stderr.strip()[-300:]}")

@@ -86,12 +86,19 @@ mastering containers that open nothing but their own file. Not hls, dash, concat
 (patterns of files), tee, data or any playlist: those read other files and URLs."""
 FARM_FORMATS = ("mov,mp4,m4a,3gp,3g2,mj2",)
 """The demuxers for what the farm writes itself: segments and deliverables (.mp4, .mov)."""
+MKV_FORMATS = ("matroska,webm",)
+"""The demuxer for a Matroska deliverable (`--container mkv`, farm.media.containers)."""
 CONCAT_FORMATS = ("concat", *FARM_FORMATS)
 """A concat list the farm wrote, naming segments it wrote."""
 FRAME_FORMATS = ("image2",)
 """A chunk's numbered frames (`%06d.png`), laid out by the worker."""
 FILE_PROTOCOL = "file"
 """The one protocol a local input is read with: no http, tcp, data, subfile, crypto, concat."""
+
+
+def farm_formats(path: str | Path) -> tuple[str, ...]:
+    """The demuxers for a file the farm wrote: its MP4/MOV ones, and Matroska's for an .mkv."""
+    return (*FARM_FORMATS, *MKV_FORMATS) if str(path).endswith(".mkv") else FARM_FORMATS
 
 
 def url_protocols(url: str) -> str:
@@ -238,6 +245,15 @@ def parse_streams(text: str, name: str = "the file") -> Streams:
     if video is None:
         raise PermanentError(f"{name} has no video stream")
     fmt_s = float((data.get("format") or {}).get("duration") or 0)
+
+    def seconds(stream: dict[str, Any]) -> float:
+        """The stream's duration; Matroska gives it as a DURATION tag (HH:MM:SS.nnnnnnnnn)."""
+        tag = str((stream.get("tags") or {}).get("DURATION") or "")
+        hms = tag.split(":")
+        if stream.get("duration") in (None, "N/A") and len(hms) == 3:
+            return int(hms[0]) * 3600 + int(hms[1]) * 60 + float(hms[2])
+        return float(stream.get("duration") or fmt_s)
+
     return Streams(
         codec=str(video.get("codec_name", "")),
         width=int(video.get("width") or 0),
@@ -246,17 +262,15 @@ def parse_streams(text: str, name: str = "the file") -> Streams:
         rate=str(video.get("r_frame_rate", "")),
         time_base=str(video.get("time_base", "")),
         frames=int(video.get("nb_read_packets") or 0),
-        duration_s=float(video.get("duration") or fmt_s),
-        audio_s=tuple(
-            float(s.get("duration") or fmt_s) for s in streams if s.get("codec_type") == "audio"
-        ),
+        duration_s=seconds(video),
+        audio_s=tuple(seconds(s) for s in streams if s.get("codec_type") == "audio"),
     )
 
 
 def probe_streams(ffprobe: str, path: Path, box: Box | None = None) -> Streams:
     """Read a file this farm made (a segment, a deliverable); unreadable is a permanent error.
     `box`: where ffprobe runs (farm.adapters.boxes.media_box, `path` readable in it)."""
-    result = capture(streams_argv(ffprobe, input_name(path)), 600, box)
+    result = capture(streams_argv(ffprobe, input_name(path), farm_formats(path)), 600, box)
     if result.returncode != 0:
         raise PermanentError(f"ffprobe cannot read {path.name}: {result.stderr.strip()[-300:]}")
     return parse_streams(result.stdout, path.name)

@@ -8,7 +8,7 @@ from typing import Any
 
 from farm.core.errors import SpecError
 from farm.core.sources import MasterInfo
-from farm.media.probe import FARM_FORMATS, format_argv
+from farm.media.probe import farm_formats, format_argv
 from farm.media.streams import (
     KINDS,
     LANGUAGE,
@@ -27,8 +27,8 @@ from farm.media.streams import (
 
 def deliverable_argv(ffprobe: str, path: str) -> list[str]:
     """The deliverable's streams (their tags and dispositions) and chapters, as JSON, from its
-    index, read as one of the farm's own containers."""
-    argv = format_argv(ffprobe, path, FARM_FORMATS)
+    index, read as one of the farm's own containers (MP4, MOV, or Matroska for an .mkv)."""
+    argv = format_argv(ffprobe, path, farm_formats(path))
     argv[-1:-1] = ["-show_chapters"]
     return argv
 
@@ -41,7 +41,8 @@ def _handler_title(stream: dict[str, Any]) -> str:
 def deliverable_problems(data: dict[str, Any], master: MasterInfo) -> list[str]:
     """What the deliverable (ffprobe's JSON of it) lacks of the plan: per kind, the count, and
     per stream its codec, language, title and default flag (where the master marks one of its
-    kind default: MP4 otherwise enables the first); the chapters; the timecode."""
+    kind default: MP4 otherwise enables the first); each attachment's filename and mimetype
+    (MKV); the chapters; the timecode (a tmcd track's, or Matroska's TIMECODE tag)."""
     streams = data.get("streams") or []
     problems = []
     for kind, want_codec in (("audio", None), ("subtitle", None)):
@@ -54,7 +55,9 @@ def deliverable_problems(data: dict[str, Any], master: MasterInfo) -> list[str]:
         for n, (g, w) in enumerate(zip(got, want, strict=True)):
             if w.index < 0:  # an old spec's audio: counted alone, as before
                 continue
-            codec = {Action.AAC: "aac", Action.MOV_TEXT: "mov_text"}.get(Action(w.action), w.codec)
+            codec = {Action.AAC: "aac", Action.MOV_TEXT: "mov_text", Action.SRT: "subrip"}.get(
+                Action(w.action), w.codec
+            )
             got_codec = str(g.get("codec_name") or want_codec or "")
             language = language_of(g.get("tags") or {})
             default = bool((g.get("disposition") or {}).get("default"))
@@ -69,13 +72,29 @@ def deliverable_problems(data: dict[str, Any], master: MasterInfo) -> list[str]:
                 problems.append(f"{what} is {'' if default else 'not '}default")
             if w.packets and int(g.get("nb_frames") or 0) != w.packets:
                 problems.append(f"{what} holds {g.get('nb_frames') or 0} cues of {w.packets}")
+    problems += attachment_problems(streams, master)
     chapters = len(data.get("chapters") or [])
     if chapters != master.chapters:
         problems.append(f"{chapters} chapters, the master's plan keeps {master.chapters}")
-    timecode = read_timecode({"streams": streams})
+    timecode = read_timecode({"format": data.get("format") or {}, "streams": streams})
     if master.timecode and timecode != master.timecode:
         problems.append(f"timecode {timecode or 'none'}, the master's is {master.timecode}")
     return problems
+
+
+def attachment_problems(streams: list[dict[str, Any]], master: MasterInfo) -> list[str]:
+    """The attachments the plan keeps (MKV's fonts), each with a filename and a mimetype tag,
+    as many as the plan keeps."""
+    want = kept(master, "attachment")
+    got = [s for s in streams if s.get("codec_type") == "attachment"]
+    if len(got) != len(want):
+        return [f"{len(got)} attachments, the plan keeps {len(want)}"]
+    return [
+        f"attachment {n} (from {label(w)}) has no {tag}"
+        for n, (g, w) in enumerate(zip(got, want, strict=True))
+        for tag in ("filename", "mimetype")
+        if not (g.get("tags") or {}).get(tag)
+    ]
 
 
 def check_plan(master: MasterInfo, container: str) -> None:

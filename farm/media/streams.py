@@ -14,6 +14,7 @@ from typing import Any
 from farm.core.errors import SpecError
 from farm.core.sources import MasterInfo, MasterStream
 from farm.core.spec import JobSpec
+from farm.media.containers import MKV, MKV_BITMAP_SUBTITLES, MKV_TEXT_SUBTITLES
 
 MP4_AUDIO_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus"})
 """Audio codecs an MP4 holds as they are; anything else is encoded once to AAC."""
@@ -50,6 +51,8 @@ class Action(StrEnum):
     """A QuickTime chapter text track: the chapters it holds are carried as chapters."""
     DROP = "drop"
     """Left out because --drop named it."""
+    SRT = "srt"
+    """A mov_text subtitle converted to SubRip: Matroska has no mov_text."""
 
 
 def parse_drop(text: str | None) -> frozenset[str]:
@@ -152,8 +155,10 @@ def label(s: MasterStream) -> str:
 
 
 def planned_action(s: MasterStream, container: str, timecode: str, chapters: int) -> Action | str:
-    """What the deliverable (MP4 or MOV) does with the stream, or why it cannot hold it."""
+    """What the deliverable (MP4, MOV or MKV) does with the stream, or why it cannot hold it."""
     box = container.upper()
+    if container == MKV:
+        return _in_mkv(s, timecode, chapters)
     if s.kind == "audio":
         return Action.COPY if s.codec in MP4_AUDIO_COPY else Action.AAC
     if s.kind == "subtitle":
@@ -177,6 +182,26 @@ def planned_action(s: MasterStream, container: str, timecode: str, chapters: int
     return f"{box} cannot carry {s.kind} streams of codec {s.codec}"
 
 
+def _in_mkv(s: MasterStream, timecode: str, chapters: int) -> Action | str:
+    """planned_action for a Matroska deliverable: every audio codec, text and bitmap subtitles
+    and attachments as they are; mov_text as SubRip; a timecode track as the TIMECODE tag."""
+    if s.kind in ("audio", "attachment"):
+        return Action.COPY
+    if s.kind == "subtitle":
+        if s.codec == "mov_text":
+            return Action.SRT
+        if s.codec in MKV_TEXT_SUBTITLES or s.codec in MKV_BITMAP_SUBTITLES:
+            return Action.COPY
+        return f"MKV cannot hold {s.codec} subtitles"
+    if s.kind == "data" and s.codec == "tmcd":
+        return Action.TIMECODE if timecode else "its timecode track has no start MKV can write"
+    if s.kind == "data" and s.codec == "text" and chapters:
+        return Action.CHAPTERS
+    if s.kind == "video":
+        return "the farm encodes the master's first video stream alone"
+    return f"MKV cannot carry {s.kind} streams of codec {s.codec}"
+
+
 def _dropped(s: MasterStream, drop: frozenset[str]) -> bool:
     whole = {v: k for k, v in WHOLE.items()}.get(s.kind, "")
     return f"{KINDS[s.kind]}:{s.kind_index}" in drop or whole in drop
@@ -186,7 +211,7 @@ def plan_streams(
     name: str, data: dict[str, Any], container: str, drop: frozenset[str] = frozenset()
 ) -> MasterInfo:
     """The plan as MasterInfo fields (streams, chapters, timecode, dropped) over a blank master:
-    every stream kept as the `container` (mp4 or mov) holds it, or dropped because `drop`
+    every stream kept as the `container` (mp4, mov or mkv) holds it, or dropped because `drop`
     names it; SpecError naming every stream it cannot hold, with the --drop that delivers
     without it, and every --drop selector that names nothing."""
     found = read_streams(data)
@@ -235,16 +260,29 @@ WHAT = {
     Action.TIMECODE: "carried as the timecode track",
     Action.CHAPTERS: "carried as the chapters",
     Action.DROP: "dropped (--drop)",
+    Action.SRT: "converted to SubRip (MKV has no mov_text)",
 }
+MKV_TIMECODE = "carried as the TIMECODE tag (MKV has no timecode track)"
 
 
-def stream_lines(master: MasterInfo) -> list[str]:
-    """One line per stream and for chapters and timecode: what the job does with it."""
-    lines = [f"{label(s)}: {WHAT[Action(s.action)]}" for s in master.streams]
+def stream_lines(master: MasterInfo, container: str = "") -> list[str]:
+    """One line per stream and for chapters and timecode: what the job does with it in the
+    deliverable's `container` ('': MP4 or MOV)."""
+    lines = [
+        f"{label(s)}: "
+        + (
+            MKV_TIMECODE
+            if container == MKV and s.action == Action.TIMECODE
+            else WHAT[Action(s.action)]
+        )
+        for s in master.streams
+    ]
     if master.chapters:
         lines.append(f"chapters ({master.chapters}): copied")
     if master.timecode:
-        lines.append(f"timecode {master.timecode}: carried")
+        lines.append(
+            f"timecode {master.timecode}: {MKV_TIMECODE if container == MKV else 'carried'}"
+        )
     lines += [f"{d}: dropped (--drop)" for d in master.dropped]
     return lines
 
@@ -266,9 +304,10 @@ def kept(master: MasterInfo, kind: str) -> list[MasterStream]:
 
 
 def carries_more_than_video(master: MasterInfo) -> bool:
-    """Whether the final mux reads the master (audio, subtitles, chapters or a timecode)."""
-    return bool(kept(master, "audio") or kept(master, "subtitle") or master.chapters
-                or master.timecode)  # fmt: skip
+    """Whether the final mux reads the master (audio, subtitles, attachments, chapters or a
+    timecode)."""
+    return bool(kept(master, "audio") or kept(master, "subtitle") or kept(master, "attachment")
+                or master.chapters or master.timecode)  # fmt: skip
 
 
 def carried_packets(master: MasterInfo) -> int:
@@ -283,20 +322,27 @@ def carried_packets(master: MasterInfo) -> int:
     return audio + subtitles + 2 * master.chapters + 128
 
 
-def mux_options(master: MasterInfo) -> tuple[list[str], list[str]]:
-    """The master's streams the final mux maps (as `a:N`, `s:N` of its input) and the output
-    options for each: codec, language, title (as a metadata value, and MP4's handler name, which
-    players show), dispositions; then chapters and timecode. Output stream 0 is the video."""
+def mux_options(master: MasterInfo, container: str = "") -> tuple[list[str], list[str]]:
+    """The master's streams the final mux maps (as `a:N`, `s:N`, `t:N` of its input) and the
+    output options for each: codec, language, title (as a metadata value, and MP4's handler
+    name, which players show), dispositions; then chapters and timecode (in MKV, ffmpeg writes
+    `-timecode` as the TIMECODE tag). Output stream 0 is the video. An attachment keeps its
+    filename and mimetype tags, which ffmpeg copies with the stream."""
     maps: list[str] = []
     args: list[str] = []
     channels = {a.index: a.channels for a in master.audio}
     out = 1
-    for kind in ("audio", "subtitle"):
+    for kind in ("audio", "subtitle", "attachment"):
         letter = KINDS[kind]
         for n, s in enumerate(kept(master, kind)):
             maps.append(f"{letter}:{s.kind_index}")
-            codec = {Action.AAC: "aac", Action.MOV_TEXT: "mov_text"}.get(Action(s.action), "copy")
+            codec = {Action.AAC: "aac", Action.MOV_TEXT: "mov_text", Action.SRT: "srt"}.get(
+                Action(s.action), "copy"
+            )
             args += [f"-c:{letter}:{n}", codec]
+            if kind == "attachment":
+                out += 1
+                continue
             if s.action == Action.AAC:
                 bitrate = min(96 * max(channels.get(s.kind_index, 2), 1), 640)
                 args += [f"-b:{letter}:{n}", f"{bitrate}k"]
@@ -304,7 +350,8 @@ def mux_options(master: MasterInfo) -> tuple[list[str], list[str]]:
                 args += [f"-metadata:s:{out}", f"language={s.language or 'und'}"]
                 if s.title:
                     args += [f"-metadata:s:{out}", f"title={s.title}"]
-                    args += [f"-metadata:s:{out}", f"handler_name={s.title}"]
+                    if container != MKV:  # MP4's track name; Matroska has the title alone
+                        args += [f"-metadata:s:{out}", f"handler_name={s.title}"]
                 flags = [f for f, on in (("default", s.default), ("forced", s.forced)) if on]
                 args += [f"-disposition:{out}", "+".join(flags) or "0"]
             out += 1
@@ -319,7 +366,10 @@ def cue_counts(
 ) -> MasterInfo:
     """The plan with each copied bitmap subtitle's cues counted, from `cues(n)`: ffprobe's
     `pts,duration,flags` lines of subtitle stream s:n. MP4 gives a sample the time to the next
-    one, so a last cue with no duration of its own would be lost: refused by name."""
+    one, so a last cue with no duration of its own would be lost: refused by name. Matroska
+    keeps each cue's own time: an MKV plan is left as it is."""
+    if container == MKV:
+        return plan
     counted, refused = [], []
     for s in plan.streams:
         if s.kind == "subtitle" and s.action == Action.COPY:
@@ -348,7 +398,7 @@ def streams_notes(spec: JobSpec) -> list[str]:
     if spec.master is None or not (spec.master.streams or spec.master.chapters
                                    or spec.master.timecode or spec.master.dropped):  # fmt: skip
         return []
-    lines = stream_lines(spec.master)
+    lines = stream_lines(spec.master, spec.deliverable)
     return [f"{spec.source_name}: its streams besides the video, and what the job does:"] + [
         f"  {line}" for line in lines
     ]
@@ -360,5 +410,5 @@ def status_lines(spec: dict[str, Any]) -> list[str]:
     master = spec.get("master")
     if not master:
         return []
-    lines = stream_lines(MasterInfo.from_json(master))
+    lines = stream_lines(MasterInfo.from_json(master), str(spec.get("container") or ""))
     return ["streams " + line for line in lines]

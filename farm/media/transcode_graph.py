@@ -17,6 +17,7 @@ import ffmpeg
 
 from farm.core.hdr import HdrInfo
 from farm.core.sources import MasterInfo
+from farm.media.containers import MKV
 from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, moov_reserve_bytes
 from farm.media.hdr import tonemap_filters
 from farm.media.probe import CONCAT_FORMATS, MASTER_FORMATS, input_name, whitelists
@@ -174,14 +175,15 @@ def mux_argv(
     format start minus its first video frame, zero or less) moves the master's streams so they
     keep their place against the first frame, as in the master. `master`: its local copy (read
     only when something of it is carried), in a master's container alone; the list, the farm's
-    segments alone.
+    segments alone. `out` ending .mkv: Matroska (farm.media.containers), which has no moov.
     """
+    container = out.rsplit(".", 1)[-1]
     joined = ffmpeg.input(list_file, f="concat", safe=0, **whitelists(list_file, CONCAT_FORMATS))
     inputs = [joined["v:0"]]
     maps, extra = [f"a:{n}" for n in range(len(audio))], list[str]()
     codecs = audio_codec_options(audio)
     if plan is not None:
-        (maps, extra), codecs = mux_options(plan), {}
+        (maps, extra), codecs = mux_options(plan, container), {}
     if maps or (plan is not None and carries_more_than_video(plan)):
         assert master is not None, "the master's streams are read from its local copy"
         name = input_name(master)
@@ -195,7 +197,7 @@ def mux_argv(
         out,
         **{"c:v": "copy"},
         **codecs,
-        moov_size=moov_reserve_bytes(frames, audio_packets),
+        **({} if container == MKV else {"moov_size": moov_reserve_bytes(frames, audio_packets)}),
     )
     argv = list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))
     at = len(argv) - 1 - argv[::-1].index(out)  # options go before the output's name

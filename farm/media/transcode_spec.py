@@ -9,6 +9,7 @@ from typing import Any
 from farm.adapters.sandbox import Box
 from farm.core.errors import SpecError
 from farm.core.spec import Codec, EncoderChoice, FrameRange, JobKind, JobSpec, parse_resolution
+from farm.media.containers import container_choice
 from farm.media.hdr import probe_hdr
 from farm.media.hdrspec import hdr_choice
 from farm.media.ladder import ladder_choice
@@ -62,6 +63,7 @@ def build_transcode_spec(
     target_quality: str | None = None,
     drop: str | None = None,
     deinterlace: bool = False,
+    container: str | None = None,
 ) -> JobSpec:
     """Validate CLI values for an encode job; the master's frames are numbered 0..N-1. `cuts`:
     the master's scene cuts (farm.media.scenecuts), which segment boundaries move to; None: not
@@ -87,8 +89,11 @@ def build_transcode_spec(
     if segment_frames < 1:
         raise SpecError(f"--segment-frames {segment_frames}: a segment holds at least one frame")
     master = replace(seek_points(probed, segment_frames), hdr=hdr)
-    plan = plan_streams(source_name, probed.shown, parsed_codec.container, parse_drop(drop))
-    plan = cue_counts(source_name, plan, parsed_codec.container, lambda n: probed.cues.get(n, ""))
+    box = container_choice(container, parsed_codec, ladder=ladder is not None,
+                           package=bool(package))  # fmt: skip
+    deliverable = box or parsed_codec.container
+    plan = plan_streams(source_name, probed.shown, deliverable, parse_drop(drop))
+    plan = cue_counts(source_name, plan, deliverable, lambda n: probed.cues.get(n, ""))
     master = with_plan(check_interlace(source_name, master, deinterlace), plan)
     rungs, package = ladder_choice(ladder, package, resolution, parsed_codec, master)
     if rungs:
@@ -118,6 +123,7 @@ def build_transcode_spec(
         ladder=rungs,
         package=package,
         target_quality=target,
+        container=box,
     )
 
 

@@ -16,6 +16,7 @@ from farm.core.errors import PermanentError
 from farm.core.hdr import HdrInfo
 from farm.core.sources import MasterInfo
 from farm.core.spec import JobSpec
+from farm.media.containers import MKV
 from farm.media.hdr import hdr_problems, read_hdr
 from farm.media.join import join_segments, probe_joined
 from farm.media.probe import Streams, capture, input_name, probe_streams
@@ -135,6 +136,13 @@ def final_mux_argv(
     )
 
 
+def _why_ffmpeg_joins(carried: bool, spec: JobSpec) -> str:
+    """Why the join cannot be the farm's own MP4 joiner (join_segments' `skip`), or ''."""
+    if carried:
+        return "the master's other streams are carried over by ffmpeg"
+    return "the deliverable is Matroska" if spec.deliverable == MKV else ""
+
+
 def stitch_master(
     ctx: WorkerContext, job_id: str, job: dict[str, str], spec: JobSpec
 ) -> dict[str, object]:
@@ -146,7 +154,7 @@ def stitch_master(
         refs = segment_refs(ctx, job_id)
         encoders = [{k: v for k, v in ref.encoder.items() if k != "argv"} for ref in refs]
         check_encoders(encoders)
-        out = work / f"output.{spec.codec.container}"
+        out = work / f"output.{spec.deliverable}"  # the segments' MP4/MOV, or MKV
         # The master's other streams are read from its local copy (checked here too), in the box.
         carried = carries_more_than_video(master)
         source = local_master(ctx, job["source_key"], spec.source_name)[0] if carried else None
@@ -164,7 +172,7 @@ def stitch_master(
                 lengths=[ref.length for ref in refs],
                 out=out,
                 concat=mux,
-                skip="the master's other streams are carried over by ffmpeg" if carried else "",
+                skip=_why_ffmpeg_joins(carried, spec),
                 box=box,
             )
         join_s = time.monotonic() - joining

@@ -236,6 +236,11 @@ SCHEMAS: dict[str, Schema] = {
                 "description": "`--package`: the ladder packaged as CMAF for HLS, DASH or both, "
                 "under the job's outputs (`output.package/`); needs a ladder.",
             },
+            "container": {
+                "enum": ["", "mp4", "mov", "mkv"],
+                "description": "`--container`: encode jobs' deliverable; '' or the codec's own "
+                "(MP4, MOV for prores), or mkv (`output.mkv`; not with a ladder).",
+            },
         },
     },
     "Manifest": {

@@ -37,6 +37,7 @@ from farm.core.spec import (
 )
 from farm.core.tiles import check_tiled
 from farm.core.versions import parse_version
+from farm.media.containers import container_choice
 from farm.media.hdrspec import check_recorded
 from farm.media.ladder import check_ladder
 from farm.media.quality import target_choice
@@ -269,8 +270,8 @@ def _check_render(spec: JobSpec) -> None:
         raise SpecError(f"overrides {unknown}: only {', '.join(RENDER_SETTINGS)} may be set")
     if spec.master is not None:
         raise SpecError("a render job has no video master")
-    if spec.ladder or spec.package:
-        raise SpecError("ladder and package are for encode jobs")
+    if spec.ladder or spec.package or spec.container:
+        raise SpecError("ladder, package and container are for encode jobs")
     check_sibling(spec)  # --each: its layer, camera and group as the CLI makes them
     if spec.scene is not None:
         parse_version(spec.scene.blender_version)
@@ -311,7 +312,11 @@ def _check_transcode(spec: JobSpec) -> None:
         raise SpecError(f"target_quality {spec.target_quality!r}: write it as ssim=0.98 or psnr=40")
     if master.hdr is not None:  # names and numbers that reach ffmpeg's options (farm.media.hdrspec)
         check_recorded(master.hdr, spec.codec, spec.encoder)
-    check_plan(master, spec.codec.container)  # the streams the mux maps (farm.media.streams)
+    if spec.container != container_choice(
+        spec.container or None, spec.codec, ladder=bool(spec.ladder), package=bool(spec.package)
+    ):
+        raise SpecError(f"container {spec.container!r}: mkv, or '' for the codec's own")
+    check_plan(master, spec.deliverable)  # the streams the mux maps (farm.media.streams)
     check_ladder(spec)  # rungs and package: ints and bitrates that reach ffmpeg (farm.media.ladder)
     if spec.scene is not None or spec.engine is not None or spec.camera is not None:
         raise SpecError("a transcode job has no scene, engine or camera")
