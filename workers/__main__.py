@@ -197,7 +197,9 @@ def main(
         threads = threads or len(share)
         log.info("worker %s runs on CPUs %s", name, farm_cpus.format_list(share))
     settings = load_settings()
-    caps = gpu.probe(blender=settings.blender, ffmpeg=settings.ffmpeg)
+    caps = gpu.probe(
+        blender=settings.blender, ffmpeg=settings.ffmpeg, vmaf_ffmpeg=settings.vmaf_ffmpeg
+    )
     queues = caps.queues() if queue_spec == "auto" else [q.strip() for q in queue_spec.split(",")]
     try:
         check_host(settings, queues)

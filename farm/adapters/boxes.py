@@ -33,16 +33,18 @@ def media_box(
     writable: tuple[Path, ...] = (),
     readable: tuple[Path, ...] = (),
     gpu: bool = False,
+    programs: tuple[str, ...] = (),
 ) -> Box | None:
     """The box ffmpeg and ffprobe run in: a master is untrusted like a scene (a crafted file
     aimed at a demuxer's bugs), and segments and frames are made from untrusted input.
     Writable: the step's own folder (HOME; the output goes there); readable: its inputs (the
-    master, the frames, the segments); `gpu`: the GPUs, for NVENC alone. No network. None when
+    master, the frames, the segments); `gpu`: the GPUs, for NVENC alone; `programs`: binaries
+    run in it besides the ffmpeg and ffprobe settings name (the VMAF ffmpeg). No network. None when
     the box is turned off (FARM_SANDBOX=off): the whitelists on every input (farm.media.probe)
     still keep ffmpeg to local files, the master to its own file."""
     if settings.sandbox == "off":
         return None
-    found = (shutil.which(p) for p in (settings.ffmpeg, settings.ffprobe))
+    found = (shutil.which(p) for p in (settings.ffmpeg, settings.ffprobe, *programs))
     folders = {Path(p).resolve().parent for p in found if p}
     # A build of its own (/srv/ffmpeg/bin) is read there; the system's are in the box already.
     own = sorted(d for d in folders if not any(d.is_relative_to(s) for s in SYSTEM_DIRS))

@@ -179,6 +179,10 @@ class Settings(BaseSettings):
     """The ffmpeg binary the encode and the stitch run."""
     ffprobe: str = "ffprobe"
     """The ffprobe binary that checks masters, segments and the delivered video."""
+    vmaf_ffmpeg: str = "imageio-ffmpeg"
+    """The ffmpeg that scores VMAF (`--score vmaf`, `--target-quality vmaf=95`), built with
+    libvmaf: `imageio-ffmpeg` (the PyPI package's static build, a dependency; farm.adapters.vmaf),
+    another binary's path, or empty (`off` where an empty variable cannot be set): no VMAF."""
     sandbox: Literal["bwrap", "off"] = "bwrap"
     """How a scene's Blender and every ffmpeg/ffprobe that reads a master, frames or segments are
     boxed: `bwrap` (bubblewrap, required on every worker) or `off` (no box: only for hosts
@@ -209,9 +213,9 @@ class Settings(BaseSettings):
     def _verified_tls(cls, url: str) -> str:
         return verified_redis_url(url)
 
-    @field_validator("imds_url")
+    @field_validator("imds_url", "vmaf_ffmpeg")
     @classmethod
-    def _imds_off(cls, url: str) -> str:
+    def _off_is_empty(cls, url: str) -> str:
         return "" if url.strip().lower() == "off" else url
 
     @field_validator("s3_endpoint", "flower_url", "web_url", "notify_url", "api_url")

@@ -95,8 +95,11 @@ allow_path_option = click.option(
 )
 @click.option("--quality", type=int, default=None, help="Encode: CRF/CQ, lower is better.")
 @click.option("--target-quality", default=None, metavar="METRIC=VALUE",
-              help="Encode: ssim=0.98 or psnr=40; each chunk's CRF/CQ is the highest whose short "
-                   "probes reach it (instead of --quality).")  # fmt: skip
+              help="Encode: ssim=0.98, psnr=40 or vmaf=95; each chunk's CRF/CQ is the highest "
+                   "whose short probes reach it (instead of --quality).")  # fmt: skip
+@click.option("--score", type=click.Choice(["vmaf"]), default=None,
+              help="Encode: `--score vmaf` scores each segment's VMAF beside SSIM and PSNR "
+                   "(libvmaf; about 3x their cost, so off by default).")  # fmt: skip
 @click.option("--encoder", default="auto", show_default=True, help="Encode: auto, nvenc, software.")
 @click.option("--preset", default="medium", show_default=True, help="Encode: x264-style preset.")
 @click.option("--segment-frames", type=int, default=None, help="Encode: frames per segment.")
@@ -188,6 +191,7 @@ def submit(
     kind: str | None,
     quality: int | None,
     target_quality: str | None,
+    score: str | None,
     encoder: str,
     preset: str,
     segment_frames: int | None,
@@ -241,6 +245,8 @@ def submit(
                 codec=codec,
                 quality=quality,
                 target_quality=target_quality,
+                score_vmaf=score == "vmaf",
+                vmaf_missing=_vmaf_missing(loaded, target_quality, score == "vmaf"),
                 encoder=encoder,
                 preset=preset,
                 segment_frames=segment_frames,
@@ -483,10 +489,19 @@ def _render_spec(
 ONLY_FOR = {
     "render": ("fps", "samples", "engine", "camera", "each", "cameras", "allow_missing",
                "allow_path", "trusted_scripts", "chunk_size", "check_frames", "tiles"),
-    "transcode": ("quality", "target_quality", "encoder", "preset", "segment_frames", "no_scene_cuts",
+    "transcode": ("quality", "target_quality", "score", "encoder", "preset", "segment_frames", "no_scene_cuts",
                   "tonemap", "drop_dynamic_hdr", "ladder", "package", "drop", "deinterlace", "container"),
 }  # fmt: skip
 """`farm submit`'s flags that one kind of job reads and the other does not."""
+
+
+def _vmaf_missing(settings: Settings, target: str | None, score_vmaf: bool) -> str:
+    """Why this farm's VMAF ffmpeg cannot score (farm.adapters.vmaf), tried only for a job that
+    asks for VMAF; '' otherwise. The workers try theirs too, and fail a chunk saying so."""
+    from farm.adapters.vmaf import find_vmaf
+    from farm.media.quality import wants_vmaf
+
+    return find_vmaf(settings.vmaf_ffmpeg).fault if wants_vmaf(target, score_vmaf) else ""
 
 
 def _refuse_flags_of_the_other_kind(ctx: click.Context, kind: object, path: Path) -> None:

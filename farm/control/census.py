@@ -25,6 +25,8 @@ NO_QUEUE = "none"
 DURATION_FIELDS: dict[str, str] = {"render_s": "render", "encode_s": "encode"}
 """Chunk hash fields holding a phase's wall time, and the phase label they get."""
 
+SCORES = ("ssim", "psnr_db", "vmaf")
+"""A scored segment's chunk fields (farm.media.quality.Score.fields); vmaf where it was asked."""
 WORK_NAMES = ("gpu_seconds", "wasted_gpu_seconds", "cost_usd", "wasted_cost_usd")
 """What each job's metered cost (farm.core.cost.JobCost, which the ledger's scripts record per
 attempt) adds up to; `add_cost` is the hook that maps one onto the other."""
@@ -61,7 +63,7 @@ class Census:
     """(mean frame time, frames) of each rendered chunk: its frames count with its mean, one
     entry a chunk (a 100,000-frame job is a thousand entries a scrape, not 100,000)."""
     scores: list[tuple[str, str, float]] = field(default_factory=list)
-    """("ssim" or "psnr_db", encoder, value) of each transcoded segment scored
+    """("ssim", "psnr_db" or "vmaf", encoder, value) of each transcoded segment scored
     (farm.media.quality)."""
 
     def backlog(self) -> Counter[str]:
@@ -108,7 +110,7 @@ def add_chunk(census: Census, kind_job: dict[str, str], chunk: dict[str, str]) -
     if frame_s > 0:
         census.frame_times_s.append((frame_s, max(rendered, 1)))
     encoder = chunk.get("encoder", "")
-    census.scores += [(m, encoder, _f(chunk[m])) for m in ("ssim", "psnr_db") if chunk.get(m)]
+    census.scores += [(m, encoder, _f(chunk[m])) for m in SCORES if chunk.get(m)]
     census.store_bytes["segments"] += int(_f(chunk.get("segment_bytes")))
     census.store_bytes_read["frames"] += int(_f(chunk.get("frames_fetched_bytes")))
 

@@ -74,6 +74,7 @@ def chunk_summary(chunk: dict[str, str]) -> dict[str, Any]:
         # --target-quality, the CRF/CQ its probes chose.
         "ssim": _f(chunk.get("ssim")),
         "psnr_db": _f(chunk.get("psnr_db")),
+        "vmaf": _f(chunk.get("vmaf")),  # where the job asked for VMAF
         "quality": int(chunk["quality"]) if chunk.get("quality") else None,
         "rungs": chunk_rungs(chunk),  # a ladder's: each rendition's score, rung order
         "error": chunk.get("error", ""),
@@ -343,11 +344,15 @@ def status_table(summary: dict[str, Any]) -> Group:
     scored = any(c.get("ssim") is not None for c in summary["chunks"])
     if scored:
         table.add_column("ssim / psnr / crf", justify="right")
+    vmaf = any(c.get("vmaf") is not None for c in summary["chunks"])
+    if vmaf:
+        table.add_column("vmaf", justify="right")
     for c in summary["chunks"]:
         dur = f"{c['duration_s']:.1f}s" if c["duration_s"] is not None else ""
         error = c["error"].splitlines()[0][:100] if c["error"] and c["state"] != "done" else ""
         table.add_row(str(c["index"]), c["frames"], c["state"], str(c["attempt"]), dur,
-                      c["worker"], error, *((chunk_score_text(c),) if scored else ()))  # fmt: skip
+                      c["worker"], error, *((chunk_score_text(c),) if scored else ()),
+                      *((vmaf_text(c),) if vmaf else ()))  # fmt: skip
     lines.append(table)
     return Group(*lines)
 
@@ -473,18 +478,20 @@ def cost_line(summary: dict[str, Any]) -> str:
 
 def job_quality(chunks: list[dict[str, str]]) -> dict[str, Any] | None:
     """A transcode's worst and mean segment SSIM and PSNR over the chunks scored, or None
-    (farm.media.quality scores each segment on its worker)."""
+    (farm.media.quality scores each segment on its worker); VMAF's too where it was scored."""
     ssim = [float(c["ssim"]) for c in chunks if c.get("ssim")]
     psnr = [float(c["psnr_db"]) for c in chunks if c.get("psnr_db")]
     if not ssim or not psnr:
         return None
     rungs = rung_quality([chunk_rungs(c) for c in chunks if c.get("rungs_ssim")])
+    vmaf = [float(c["vmaf"]) for c in chunks if c.get("vmaf")]
     return {
         "ssim_worst": min(ssim),
         "ssim_mean": round(sum(ssim) / len(ssim), 6),
         "psnr_worst_db": min(psnr),
         "psnr_mean_db": round(sum(psnr) / len(psnr), 3),
         "chunks_scored": len(ssim),
+        **({"vmaf_worst": min(vmaf), "vmaf_mean": round(sum(vmaf) / len(vmaf), 3)} if vmaf else {}),
         **({"rungs": rungs} if rungs else {}),  # a ladder's, per rendition
     }
 
@@ -514,6 +521,11 @@ def chunk_score_text(chunk: dict[str, Any]) -> str:
     return f"{chunk['ssim']:.4f} / {chunk['psnr_db']:.1f} dB{crf}"
 
 
+def vmaf_text(chunk: dict[str, Any]) -> str:
+    """`93.21`: a chunk's VMAF, '' where it has none (yet)."""
+    return f"{chunk['vmaf']:.2f}" if chunk.get("vmaf") is not None else ""
+
+
 def quality_lines(summary: dict[str, Any]) -> list[str]:
     """`farm status`: a transcode's worst and mean segment score, and its target if any."""
     q = summary.get("quality")
@@ -521,9 +533,12 @@ def quality_lines(summary: dict[str, Any]) -> list[str]:
         return []
     target = (summary.get("spec") or {}).get("target_quality")
     aim = f"; target {target}, each chunk's CRF/CQ chosen on probes" if target else ""
+    vmaf = (
+        f", VMAF worst {q['vmaf_worst']:.2f} mean {q['vmaf_mean']:.2f}" if "vmaf_worst" in q else ""
+    )
     return [
         f"quality SSIM worst {q['ssim_worst']:.4f} mean {q['ssim_mean']:.4f}, PSNR worst "
-        f"{q['psnr_worst_db']:.1f} dB mean {q['psnr_mean_db']:.1f} dB over "
+        f"{q['psnr_worst_db']:.1f} dB mean {q['psnr_mean_db']:.1f} dB{vmaf} over "
         f"{q['chunks_scored']} segments{aim}"
         + (" (each its worst rendition)" if q.get("rungs") else "")
     ] + [

@@ -1,10 +1,11 @@
-"""A segment's quality against its source frames (SSIM and PSNR, ffmpeg's filters), and the search
-of a chunk's CRF/CQ for `--target-quality` on short probes, as Av1an does (pure).
+"""A segment's quality against its source frames (SSIM and PSNR, ffmpeg's filters, and VMAF where
+the job asks, libvmaf's), and the search of a chunk's CRF/CQ for `--target-quality` on short
+probes, as Av1an does (pure).
 
 The reference is the master cut and scaled exactly as the segment's own filtergraph cuts it
 (farm.media.transcode_graph.segment_filtergraph, on the CPU), in the segment's pixel format, so
-the score measures the encode alone, not the scale. Debian's ffmpeg 5.1 has no libvmaf:
-docs/design/quality.md says how VMAF can be had.
+the score measures the encode alone, not the scale. Debian's ffmpeg 5.1 has no libvmaf: a VMAF
+score runs on a second ffmpeg that has it (Settings.vmaf_ffmpeg, docs/design/quality.md).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from farm.media.ladder import ladder_filtergraph
 from farm.media.probe import FARM_FORMATS, MASTER_FORMATS, input_name, option_args, whitelists
 from farm.media.transcode_graph import SegmentCut, segment_filtergraph
 
-METRICS = ("ssim", "psnr")
-"""What `--target-quality` takes; VMAF is refused by name (no libvmaf in Debian's ffmpeg)."""
-TARGET_RANGE = {"ssim": (0.5, 0.9999), "psnr": (20.0, 70.0)}
+METRICS = ("ssim", "psnr", "vmaf")
+"""What `--target-quality` takes; `vmaf` needs the workers' libvmaf (Settings.vmaf_ffmpeg)."""
+TARGET_RANGE = {"ssim": (0.5, 0.9999), "psnr": (20.0, 70.0), "vmaf": (20.0, 99.0)}
 SCORE_EVERY = 1
 """Score every frame: the decodes dominate the cost, which subsampling cannot save (quality.md)."""
 PROBE_SAMPLES = 3
@@ -35,23 +36,30 @@ STEP = 6
 
 _SSIM = re.compile(r"SSIM Y:[\d.]+ .*All:([\d.]+|inf)")
 _PSNR = re.compile(r"PSNR y:\S+ u:\S+ v:\S+ average:([\d.]+|inf)")
+_VMAF = re.compile(r"VMAF score: ([\d.]+)")
 PSNR_CAP_DB = 100.0
 """Identical frames score PSNR `inf`; kept as 100 dB so JSON and metrics hold a number."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Score:
-    """One segment's score: mean SSIM (all planes, 0..1) and average PSNR (dB) over its frames."""
+    """One segment's score: mean SSIM (all planes, 0..1) and average PSNR (dB) over its frames,
+    and where the job asked, the mean VMAF (0..100, libvmaf's vmaf_v0.6.1 model)."""
 
     ssim: float
     psnr_db: float
     frames: int
+    vmaf: float | None = None
 
     def fields(self) -> dict[str, object]:
         """The chunk's ledger fields and the manifest's `quality`."""
-        return {"ssim": round(self.ssim, 6), "psnr_db": round(self.psnr_db, 3)}
+        vmaf = {} if self.vmaf is None else {"vmaf": round(self.vmaf, 3)}
+        return {"ssim": round(self.ssim, 6), "psnr_db": round(self.psnr_db, 3), **vmaf}
 
     def value(self, metric: str) -> float:
+        if metric == "vmaf":
+            assert self.vmaf is not None, "a vmaf target scores VMAF"
+            return self.vmaf
         return self.ssim if metric == "ssim" else self.psnr_db
 
 
@@ -70,19 +78,14 @@ class Target:
 
 
 def parse_target(text: str) -> Target:
-    """`ssim=0.98` or `psnr=40`; SpecError with what to write instead."""
+    """`ssim=0.98`, `psnr=40` or `vmaf=95`; SpecError with what to write instead."""
     metric, sep, raw = text.strip().lower().partition("=")
-    if metric == "vmaf":
-        raise SpecError(
-            f"--target-quality {text}: this farm's ffmpeg (Debian's 5.1) has no libvmaf; target "
-            "ssim=0.98 or psnr=40 instead (docs/design/quality.md says how VMAF can be had)"
-        )
     try:
         value = float(raw) if sep else float("nan")
     except ValueError:
         value = float("nan")
     if metric not in METRICS or value != value:
-        raise SpecError(f"--target-quality {text!r}: write ssim=0.98 or psnr=40")
+        raise SpecError(f"--target-quality {text!r}: write ssim=0.98, psnr=40 or vmaf=95")
     low, high = TARGET_RANGE[metric]
     if not low <= value <= high:
         raise SpecError(f"--target-quality {text}: {metric} takes {low:g} to {high:g}")
@@ -100,10 +103,13 @@ def score_argv(
     pix_fmt: str,
     hdr: HdrInfo | None = None,
     every: int = SCORE_EVERY,
+    vmaf_threads: int = 0,
 ) -> list[str]:
     """SSIM and PSNR of `segment` against the master's frames [first, end), cut and scaled as
     the segment's graph does (on the CPU), in `pix_fmt`; each frame renumbered 0.. on both
-    sides so the filters pair them by position. `every` > 1 scores every Nth frame only. The
+    sides so the filters pair them by position. `every` > 1 scores every Nth frame only.
+    `vmaf_threads` > 0: VMAF too, libvmaf on that many threads (`ffmpeg_bin` must have it);
+    libvmaf takes the distorted frames first and the reference second, as ssim and psnr do. The
     summaries are read from stderr (`parse_score`); the segment is read as an MP4 alone, the
     master in a master's container alone."""
     seg_name, src_name = input_name(segment), input_name(source)
@@ -113,11 +119,16 @@ def score_argv(
     tb = f"{cut.rate.denominator}/{cut.rate.numerator}"
     pick = [rf"select=not(mod(n\,{every}))"] if every > 1 else []
     same = [*pick, f"settb=expr={tb}", "setpts=N"]
+    split, vmaf, maps = "split", "", ["-map", "[ms]", "-map", "[mp]"]
+    if vmaf_threads > 0:
+        split, vmaf = "split=3", f";[m2][r2]libvmaf=n_threads={vmaf_threads}[mv]"
+        maps += ["-map", "[mv]"]
     graph = (
-        f"[0:v:0]{','.join([f'format={pix_fmt}', *same])},split[m0][m1];"
+        f"[0:v:0]{','.join([f'format={pix_fmt}', *same])},{split}"
+        f"{'[m0][m1][m2]' if vmaf else '[m0][m1]'};"
         f"[1:v:0]{segment_filtergraph(cut, width, height, False, pix_fmt, hdr)},"
-        f"{','.join(same)},split[r0][r1];"
-        "[m0][r0]ssim[ms];[m1][r1]psnr[mp]"
+        f"{','.join(same)},{split}{'[r0][r1][r2]' if vmaf else '[r0][r1]'};"
+        f"[m0][r0]ssim[ms];[m1][r1]psnr[mp]{vmaf}"
     )
     # By hand: ffmpeg-python maps every stream of every input (the master's audio too) when a
     # graph goes in with -filter_complex, and it cannot write -map of a graph's labels.
@@ -125,20 +136,25 @@ def score_argv(
         ffmpeg_bin, *GLOBAL_ARGS[:2], "-loglevel", "info", "-nostats", "-copyts",
         *option_args(whitelists(seg_name, FARM_FORMATS)), "-i", seg_name,
         *reading, "-i", src_name,
-        "-filter_complex", graph, "-map", "[ms]", "-map", "[mp]", "-f", "null", "-",
+        "-filter_complex", graph, *maps, "-f", "null", "-",
     ]  # fmt: skip
 
 
-def parse_score(stderr: str, frames: int) -> Score:
-    """The ssim and psnr filters' summaries (ffmpeg 5.1 writes them at the info level):
-    `SSIM Y:0.99 (20.1) U:... All:0.987 (18.9)` and `PSNR y:.. u:.. v:.. average:41.2 ...`.
-    ValueError when either is missing (the run failed before its end)."""
+def parse_score(stderr: str, frames: int, *, vmaf: bool = False) -> Score:
+    """The ssim and psnr filters' summaries (ffmpeg 5.1 and 9 write them at the info level):
+    `SSIM Y:0.99 (20.1) U:... All:0.987 (18.9)` and `PSNR y:.. u:.. v:.. average:41.2 ...`;
+    with `vmaf`, libvmaf's `VMAF score: 93.2` (the mean over frames). ValueError when one is
+    missing (the run failed before its end)."""
     ssim, psnr = _SSIM.search(stderr), _PSNR.search(stderr)
     if ssim is None or psnr is None:
         raise ValueError(f"no SSIM/PSNR summary in ffmpeg's output: {stderr.strip()[-300:]!r}")
+    found = _VMAF.search(stderr) if vmaf else None
+    if vmaf and found is None:
+        raise ValueError(f"no VMAF score in ffmpeg's output: {stderr.strip()[-300:]!r}")
     psnr_db = PSNR_CAP_DB if psnr.group(1) == "inf" else min(float(psnr.group(1)), PSNR_CAP_DB)
     ssim_v = 1.0 if ssim.group(1) == "inf" else float(ssim.group(1))
-    return Score(ssim=ssim_v, psnr_db=psnr_db, frames=frames)
+    vmaf_v = float(found.group(1)) if found is not None else None
+    return Score(ssim=ssim_v, psnr_db=psnr_db, frames=frames, vmaf=vmaf_v)
 
 
 def renditions_score_argv(
@@ -244,9 +260,36 @@ def chosen(tried: dict[int, float], target: Target) -> tuple[int, bool]:
     return (max(passing), True) if passing else (min(tried), False)
 
 
+def wants_vmaf(target: str | None, score_vmaf: bool) -> bool:
+    """Whether a job's segments are scored for VMAF: `--score vmaf`, or a `vmaf=` target."""
+    return score_vmaf or (target or "").strip().lower().startswith("vmaf")
+
+
+def vmaf_choice(target: str | None, score_vmaf: bool, *, ladder: bool, missing: str) -> bool:
+    """`--score vmaf` (or a `vmaf=` target) checked against the job and the farm: whether the
+    segments are scored for VMAF. `missing`: why this farm has no libvmaf ('' when it has it).
+    SpecError with what to do."""
+    if not wants_vmaf(target, score_vmaf):
+        return False
+    asked = "--score vmaf" if score_vmaf else f"--target-quality {target}"
+    if ladder and score_vmaf:
+        raise SpecError(
+            "--score vmaf with --ladder: a ladder's renditions are scored for SSIM and PSNR "
+            "only; leave --score vmaf out"
+        )
+    if missing:
+        raise SpecError(
+            f"{asked}: this farm has no VMAF ({missing}); install imageio-ffmpeg>=0.8.1 (its "
+            "ffmpeg has libvmaf) or set FARM_VMAF_FFMPEG to an ffmpeg built --enable-libvmaf, "
+            "or score with ssim=0.98 or psnr=40 instead"
+        )
+    return True
+
+
 def target_choice(text: str | None, *, quality: int | None, prores: bool, ladder: bool) -> str:
     """`--target-quality` checked against the job's other settings, written as the spec keeps it
-    (`ssim=0.98`); '' when not given. SpecError with what to do."""
+    (`ssim=0.98`); '' when not given. SpecError with what to do. Whether the farm can score a
+    `vmaf=` target is vmaf_choice's."""
     if not text:
         return ""
     target = parse_target(text)

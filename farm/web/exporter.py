@@ -31,6 +31,7 @@ DURATION_BUCKETS_S = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1
 FRAME_BUCKETS_S = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 SSIM_BUCKETS = (0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)
 PSNR_BUCKETS_DB = (25.0, 30.0, 35.0, 38.0, 40.0, 42.0, 45.0, 50.0, 60.0)
+VMAF_BUCKETS = (50.0, 70.0, 80.0, 85.0, 90.0, 93.0, 95.0, 97.0, 99.0)
 
 METRIC_NAMES = (
     "farm_up",
@@ -53,6 +54,7 @@ METRIC_NAMES = (
     "farm_frame_time_seconds",
     "farm_segment_ssim",
     "farm_segment_psnr_db",
+    "farm_segment_vmaf",
 )
 """Every family the exporter serves (as named in PromQL; counters carry their _total)."""
 
@@ -162,6 +164,8 @@ def families(census: Census) -> Iterator[Metric]:
         ("ssim", "SSIM of each transcoded segment against its master (1 is identical).",
          SSIM_BUCKETS),
         ("psnr_db", "PSNR in dB of each transcoded segment against its master.", PSNR_BUCKETS_DB),
+        ("vmaf", "VMAF (0..100, vmaf_v0.6.1) of each transcoded segment scored for it.",
+         VMAF_BUCKETS),
     ):  # fmt: skip
         yield _histogram(
             f"farm_segment_{metric}", doc, "encoder",

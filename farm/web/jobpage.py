@@ -17,7 +17,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from farm.core.cost import money as cost_money
-from farm.core.report import chunk_score_text, elapsed_text, eta_s
+from farm.core.report import chunk_score_text, elapsed_text, eta_s, vmaf_text
 from farm.media.streams import status_lines
 
 Cost = tuple[float, float]
@@ -152,6 +152,7 @@ def job_page(
             "logs": logs.get(c["index"], []) if files else [],
             "error": c["error"].splitlines()[0][:300] if c["error"] else "",
             "score": chunk_score_text(c),
+            "vmaf": vmaf_text(c),
         })  # fmt: skip
     page = _PAGES.get_template("job.html")
     # A transcode's streams and what the job does with each, as `farm status` lists them.

@@ -46,7 +46,7 @@ def _busy_farm(ledger: Ledger) -> None:
     ledger.move_chunk("j1", 2, ChunkState.RENDERED, token=c2.token, render_s=11.0)
     e2 = ledger.move_chunk("j1", 2, ChunkState.ENCODING, mode="claim", lease_s=30)
     ledger.move_chunk("j1", 2, ChunkState.DONE, token=e2.token, encode_s=3.0, segment_bytes=1000,
-                      encoder="libx264", ssim=0.985, psnr_db=41.5)  # fmt: skip
+                      encoder="libx264", ssim=0.985, psnr_db=41.5, vmaf=93.5)  # fmt: skip
     ledger.record_frame("j1", 3, 500, "ab")
     ledger.record_frame("j1", 4, 700, "cd")
     ledger.heartbeat("w1", {"queues": ["render", "stitch"], "cycles_device": "OPTIX"})
@@ -102,6 +102,8 @@ def test_segment_scores_are_histograms_by_encoder(ledger: Ledger) -> None:
     assert samples[("farm_segment_ssim_bucket", (("encoder", "libx264"), ("le", "0.98")))] == 0
     assert samples[("farm_segment_ssim_bucket", (("encoder", "libx264"), ("le", "0.99")))] == 1
     assert samples[("farm_segment_psnr_db_sum", x264)] == 41.5
+    assert samples[("farm_segment_vmaf_bucket", (("encoder", "libx264"), ("le", "95.0")))] == 1
+    assert samples[("farm_segment_vmaf_sum", x264)] == 93.5
 
 
 def test_a_failed_attempt_counts_as_a_failure(ledger: Ledger) -> None:

@@ -46,10 +46,10 @@ def test_targets_are_read_and_written_back_alike() -> None:
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("vmaf=95", "no libvmaf"),
-        ("ssim", "write ssim=0.98 or psnr=40"),
-        ("ssim=high", "write ssim=0.98 or psnr=40"),
-        ("butteraugli=2", "write ssim=0.98 or psnr=40"),
+        ("vmaf=100", "vmaf takes 20 to 99"),
+        ("ssim", "write ssim=0.98, psnr=40 or vmaf=95"),
+        ("ssim=high", "write ssim=0.98, psnr=40 or vmaf=95"),
+        ("butteraugli=2", "write ssim=0.98, psnr=40 or vmaf=95"),
         ("ssim=1.5", "ssim takes 0.5 to 0.9999"),
         ("psnr=nan", "write ssim=0.98"),
         ("psnr=90", "psnr takes 20 to 70"),
@@ -264,7 +264,7 @@ def test_the_submit_writes_the_target_back_and_the_api_takes_it_and_refuses_a_ba
     assert sent["target_quality"] == "ssim=0.98"
     assert job_spec(sent, max_chunks=100).target_quality == "ssim=0.98"
     assert _target_spec(None)["target_quality"] == ""
-    for bad, said in (("vmaf=95", "no libvmaf"), ("ssim=0.980", "write it as"),
+    for bad, said in (("vmaf=19", "vmaf takes 20 to 99"), ("ssim=0.980", "write it as"),
                       ("psnr=400", "psnr takes")):  # fmt: skip
         with pytest.raises(ApiError, match=said):
             job_spec(sent | {"target_quality": bad}, max_chunks=100)

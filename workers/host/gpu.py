@@ -1,5 +1,5 @@
 """What this worker can do: its Blender (version, engines, Cycles devices, denoisers), a Cycles
-GPU backend (OptiX, CUDA) and a working NVENC.
+GPU backend (OptiX, CUDA), a working NVENC and an ffmpeg with libvmaf.
 
 All are found by trying, not by reading a model name: H100/H200/A100 have CUDA but no encoder, and
 NVML still reports an H.264/HEVC encoder capacity of 100 on an H200 (driver 580).
@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import ffmpeg as ffmpeg_lib
 
 from farm.adapters import proc
+from farm.adapters.vmaf import find_vmaf
 from farm.blender import command as blender_cmd
 from farm.core.errors import PermanentError
 from farm.core.pipeline import Queue
@@ -43,6 +44,10 @@ class Capabilities:
     """OPENIMAGEDENOISE where the build has it; OPTIX with an OptiX device."""
     blender_error: str = ""
     """Why the Blender probe failed; such a worker takes no render chunks."""
+    vmaf: bool = False
+    """Its VMAF ffmpeg (Settings.vmaf_ffmpeg) lists the libvmaf filter."""
+    vmaf_error: str = ""
+    """Why it cannot score VMAF; a chunk that asks for VMAF fails here, saying so."""
 
     def queues(self) -> list[str]:
         """Render (when Blender works) and stitch; encode where NVENC works, or where there is no
@@ -134,12 +139,20 @@ def encoder_reason(stderr: str, encoder: str) -> str:
     return "; ".join(dict.fromkeys(own)) or (lines[0] if lines else f"{encoder} failed")
 
 
-def probe(*, blender: str, ffmpeg: str) -> Capabilities:
+def vmaf_works(vmaf_ffmpeg: str) -> tuple[bool, str]:
+    """Whether the ffmpeg `vmaf_ffmpeg` names (Settings.vmaf_ffmpeg) has libvmaf, and why not:
+    its `-hide_banner -filters`, run once (farm.adapters.vmaf)."""
+    found = find_vmaf(vmaf_ffmpeg)
+    return not found.fault, found.fault
+
+
+def probe(*, blender: str, ffmpeg: str, vmaf_ffmpeg: str = "") -> Capabilities:
     gpus = list_gpus()
     info = probe_blender(blender)
     if info.error:
         log.error("this worker takes no render chunks: %s", info.error)
     nvenc, error = nvenc_works(ffmpeg) if gpus else (False, "no NVIDIA GPU")
+    vmaf, vmaf_error = vmaf_works(vmaf_ffmpeg)
     caps = Capabilities(
         gpus=gpus,
         cycles_device=best_device(info.devices, gpus),
@@ -151,6 +164,8 @@ def probe(*, blender: str, ffmpeg: str) -> Capabilities:
         devices=info.devices,
         denoisers=info.denoisers,
         blender_error=info.error,
+        vmaf=vmaf,
+        vmaf_error=vmaf_error,
     )
     log.info("capabilities: %s", caps)
     return caps

@@ -5,9 +5,11 @@ parsing and the search itself are farm.media.quality's."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 
+from farm.adapters.vmaf import find_vmaf
 from farm.core.errors import PermanentError
 from farm.core.spec import JobSpec
 from farm.media.ffgraph import EncodeSettings, codec_options
@@ -40,11 +42,14 @@ def score_segment(
     cut: SegmentCut,
     spec: JobSpec,
     settings: EncodeSettings,
+    vmaf: bool = False,
 ) -> Score:
-    """SSIM and PSNR of `segment` against the master's frames it was cut from."""
+    """SSIM and PSNR of `segment` against the master's frames it was cut from; with `vmaf`,
+    VMAF too, all three in one run of the VMAF ffmpeg (one decode)."""
     pix_fmt = str(codec_options(settings, cut.count)["pix_fmt"])
+    ffmpeg_bin = vmaf_ffmpeg(attempt) if vmaf else attempt.ctx.settings.ffmpeg
     argv = score_argv(
-        ffmpeg_bin=attempt.ctx.settings.ffmpeg,
+        ffmpeg_bin=ffmpeg_bin,
         segment=segment,
         source=source,
         cut=cut,
@@ -52,14 +57,30 @@ def score_segment(
         height=spec.resolution.height,
         pix_fmt=SCORED_PIX_FMT.get(pix_fmt, pix_fmt),
         hdr=settings.hdr,
+        vmaf_threads=(attempt.ctx.threads or len(os.sched_getaffinity(0))) if vmaf else 0,
     )
     lines: list[str] = []
-    box = media_box(attempt.ctx.settings, readable=(source, segment.parent))
+    box = media_box(attempt.ctx.settings, readable=(source, segment.parent),
+                    programs=(ffmpeg_bin,))  # fmt: skip
     attempt.run_child(argv, what="ffmpeg (score)", on_line=lines.append, box=box)
     try:
-        return parse_score("\n".join(lines), cut.count)
+        return parse_score("\n".join(lines), cut.count, vmaf=vmaf)
     except ValueError as exc:
         raise PermanentError(f"segment {attempt.index} could not be scored: {exc}") from None
+
+
+def vmaf_ffmpeg(attempt: ChunkAttempt) -> str:
+    """This worker's ffmpeg with libvmaf; PermanentError naming the worker and what to install
+    when its start-up probe found none (the job's other chunks may land on workers that have it;
+    a chunk's retries go to any worker)."""
+    ctx = attempt.ctx
+    if not ctx.caps.vmaf:
+        raise PermanentError(
+            f"segment {attempt.index} asks for VMAF and worker {ctx.name} cannot score it "
+            f"({ctx.caps.vmaf_error or 'not probed'}): install imageio-ffmpeg>=0.8.1 in its "
+            "Python, or set FARM_VMAF_FFMPEG to an ffmpeg built --enable-libvmaf, and restart it"
+        )
+    return find_vmaf(ctx.settings.vmaf_ffmpeg).binary
 
 
 def score_renditions(
@@ -124,7 +145,7 @@ def search_quality(
             )  # fmt: skip
             attempt.run_child(argv, what=f"ffmpeg (probe {target.metric} at {quality})", box=box)
             score = score_segment(attempt, source=source, segment=out, cut=window, spec=spec,
-                                  settings=trial)  # fmt: skip
+                                  settings=trial, vmaf=target.metric == "vmaf")  # fmt: skip
             total += score.value(target.metric) * window.count
             weight += window.count
             out.unlink(missing_ok=True)

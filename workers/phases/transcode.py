@@ -19,7 +19,7 @@ from farm.core.spec import EncoderChoice, JobSpec
 from farm.media.ffgraph import EncodeSettings, choose_encoder
 from farm.media.master import check_container
 from farm.media.probe import input_name, probe_streams
-from farm.media.quality import parse_target
+from farm.media.quality import parse_target, wants_vmaf
 from farm.media.scenecuts import seek_for
 from farm.media.transcode_graph import SegmentCut, default_quality, seek_seconds, segment_argv
 from farm.media.transcode_spec import MAX_QUALITY
@@ -128,8 +128,9 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {cut.count}")
     scoring = time.monotonic()
     score = score_segment(
-        attempt, source=source, segment=segment, cut=cut, spec=spec, settings=settings
-    )
+        attempt, source=source, segment=segment, cut=cut, spec=spec, settings=settings,
+        vmaf=wants_vmaf(spec.target_quality, spec.score_vmaf),
+    )  # fmt: skip
     score_s = time.monotonic() - scoring
     attempt.check_lease("before the upload")
     etag = ctx.store.put_file(attempt.segment_key(spec.codec.container), segment, intermediate=True)

@@ -140,9 +140,14 @@ SCHEMAS: dict[str, Schema] = {
             "quality": {"type": ["integer", "null"]},
             "target_quality": {
                 "type": "string",
-                "description": "`--target-quality`: ssim=0.98 or psnr=40 (as written back by "
-                "the CLI); each chunk's CRF/CQ is the highest whose probes reach it. Not with "
-                "`quality`, `ladder` or ProRes. '': none.",
+                "description": "`--target-quality`: ssim=0.98, psnr=40 or vmaf=95 (as written "
+                "back by the CLI); each chunk's CRF/CQ is the highest whose probes reach it. Not "
+                "with `quality`, `ladder` or ProRes. '': none.",
+            },
+            "score_vmaf": {
+                "type": "boolean",
+                "description": "`--score vmaf`: each segment scored for VMAF beside SSIM and "
+                "PSNR (a vmaf= target scores it either way). Not with `ladder`.",
             },
             "preset": {"type": "string"},
             "master": {"type": ["object", "null"]},
