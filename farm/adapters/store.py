@@ -506,13 +506,15 @@ class Store:
                 found += [(u["Key"], u["UploadId"]) for u in page.get("Uploads", [])]
         return found
 
-    def presign_put(self, key: str, expires_s: int = 3600) -> str:
+    def presign_put(self, key: str, size: int, expires_s: int = 3600) -> str:
         """A URL anyone holding it may PUT `key`'s bytes to, for `expires_s` (the API's staged
-        uploads: the client never holds the store's keys)."""
+        uploads: the client never holds the store's keys): exactly `size` bytes, as the
+        signature covers the Content-Length (the store refuses any other length, and a chunked
+        body, with 403 SignatureDoesNotMatch), so a URL cannot fill the store."""
+        params = {"Bucket": self.bucket, "Key": key, "ContentLength": size}
         with _wrapped(f"sign an upload URL for {key}"):
-            url: str = self.s3.generate_presigned_url(
-                "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s
-            )
+            url: str = self.s3.generate_presigned_url("put_object", Params=params,
+                                                      ExpiresIn=expires_s)  # fmt: skip
         return url
 
     def sha256(self, key: str, *, block_bytes: int = 1 << 20) -> tuple[str, int, str]:

@@ -130,9 +130,9 @@ def offer(store: Store, files: Iterable[Wanted], expires_s: int = PUT_EXPIRES_S)
     uploads: list[dict[str, object]] = [
         {
             "sha256": f.sha256,
-            "url": store.presign_put(f.staged, expires_s),
+            "url": store.presign_put(f.staged, f.size, expires_s),
             "method": "PUT",
-            "headers": {},
+            "headers": {"Content-Length": str(f.size)},  # signed: no other length is taken
         }
         for f, there in zip(distinct, held, strict=True)
         if not there

@@ -377,8 +377,9 @@ def test_an_older_client_is_told_which_farm_to_install(api: Api) -> None:
     assert api.ok("GET", "/api/v1/version", OWNER)["min_client"] == MIN_CLIENT
 
 
-def test_an_upload_whose_bytes_do_not_match_is_refused_and_deleted(api: Api) -> None:
+def test_an_upload_of_another_size_or_other_bytes_is_refused_and_deleted(api: Api) -> None:
     # GIVEN a scene announced by its hash, and other bytes of its size PUT to its staging URL
+    # (its URL takes no other size)
     body, _ = submission(ROOT / "scenes" / "demo.blend")
     scene = b"BLENDER" + os.urandom(4096)  # bytes no other test stored
     sha = hashlib.sha256(scene).hexdigest()
@@ -387,8 +388,15 @@ def test_an_upload_whose_bytes_do_not_match_is_refused_and_deleted(api: Api) -> 
     store = api.farm.store()
     offer = api.ok("POST", "/api/v1/uploads", "api-bob",
                    json={"files": [{**body["source"], "kind": "scene"}]})  # fmt: skip
+    url = offer["uploads"][0]["url"]
+    assert offer["uploads"][0]["headers"] == {"Content-Length": str(len(scene))}
+    # (more bytes, or a chunked body of any length, than announced: the store refuses the PUT)
+    for flood in (scene + bytes(1 << 20), iter([scene[:100], scene[100:]])):
+        refused = requests.put(url, data=flood, timeout=60)
+        assert refused.status_code == 403 and "SignatureDoesNotMatch" in refused.text
+        assert store.size(f"uploads/{sha}") is None
     forged = bytes(reversed(scene))
-    put = requests.put(offer["uploads"][0]["url"], data=forged, timeout=60)
+    put = requests.put(url, data=forged, timeout=60)
     assert put.status_code == 200 and store.size(f"uploads/{sha}") == len(forged)
     # WHEN the job is submitted
     answer = api.call("POST", "/api/v1/jobs", "api-bob", json=body)

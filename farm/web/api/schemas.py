@@ -95,7 +95,12 @@ SCHEMAS: dict[str, Schema] = {
                         "sha256": _SHA256,
                         "url": {"type": "string", "format": "uri"},
                         "method": {"const": "PUT"},
-                        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "headers": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                            "description": "Send these with the PUT: Content-Length, the "
+                            "announced size, is signed (the store refuses any other length).",
+                        },
                     },
                 },
             },
