@@ -274,7 +274,7 @@ class Reconciler:
                 if not self.ledger.forget_early_upload(job_id, upload_id):
                     continue
                 spec = JobSpec.from_json(json.loads(self.ledger.job(job_id)["spec"]))
-                self.store.abort_multipart(keys.output_key(job_id, spec.codec.container), upload_id)
+                self.store.abort_multipart(keys.output_key(job_id, spec.deliverable), upload_id)
             except (FarmError, KeyError, ValueError) as exc:
                 log.warning("could not abort the early upload of %s: %s", job_id, exc)
                 continue
