@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     """Empty: the default AWS credential chain (instance role)."""
     s3_secret_key: str = ""
     """The secret of s3_access_key; empty with it."""
+    s3_read_timeout_s: float = Field(60.0, gt=0)
+    """How long the store's client waits for the next bytes of an answer before it gives up on
+    the request and sends it again (botocore's read_timeout); the fault tests shorten it."""
     weed_jwt_key: str = ""
     """Signs SeaweedFS's filer and volume requests in docker-compose.yml's store (`farm
     store-security` writes it into the store's security.toml): 32 or more random characters."""

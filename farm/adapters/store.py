@@ -176,7 +176,7 @@ class Store:
                 signature_version="s3v4",
                 retries={"max_attempts": 5, "mode": "standard"},
                 connect_timeout=5,
-                read_timeout=60,
+                read_timeout=settings.s3_read_timeout_s,
                 # Room for the farm's widest fan-out (16 lookups at once: the retry's segment
                 # check, the ledger's rebuild) without dropping and reopening connections.
                 max_pool_connections=32,

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def masters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("masters")
-    ntsc_film = {"size": "1920x1080", "rate": "24000/1001", "seconds": 10}
+    # 120 frames: enough for 4 and 5 segments, and each 4K encode (with its single-pass
+    # reference and the per-frame PSNR) stays short.
+    ntsc_film = {"size": "1920x1080", "rate": "24000/1001", "seconds": 5}
     return {
         "mov": make_master(d / "film.mov", **ntsc_film),  # type: ignore[arg-type]
         "mkv": make_master(d / "film.mkv", audio_codec="libvorbis", **ntsc_film),  # type: ignore[arg-type]
@@ -88,7 +90,7 @@ def test_a_mov_master_becomes_4k_h264_frame_exact_with_its_audio(
     local_farm: LocalFarm, masters: dict[str, Path], tmp_path: Path
 ) -> None:
     size = (3840, 2160)
-    summary, out = _encode(local_farm, masters["mov"], tmp_path, "--segment-frames", "48")
+    summary, out = _encode(local_farm, masters["mov"], tmp_path, "--segment-frames", "24")
     assert (summary["kind"], summary["chunks_total"]) == ("transcode", 5)
     _assert_like_master(out, masters["mov"], codec="h264", size=size)
     reference = single_pass(masters["mov"], tmp_path / "ref.mp4", codec="h264", encoder="libx264",
@@ -104,7 +106,7 @@ def test_a_mkv_master_becomes_4k_hevc_and_its_vorbis_audio_aac(
     local_farm: LocalFarm, masters: dict[str, Path], tmp_path: Path
 ) -> None:
     size = (3840, 2160)
-    args = ("--codec", "hevc", "--segment-frames", "60", "--quality", "26")
+    args = ("--codec", "hevc", "--segment-frames", "30", "--quality", "26")
     summary, out = _encode(local_farm, masters["mkv"], tmp_path, *args)
     assert summary["chunks_total"] == 4
     _assert_like_master(out, masters["mkv"], codec="hevc", size=size)

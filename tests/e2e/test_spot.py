@@ -32,11 +32,22 @@ def imds() -> Iterator[FakeIMDS]:
     server.close()
 
 
-@pytest.fixture
-def empty_farm(tmp_path: Path) -> Iterator[LocalFarm]:
-    farm = start_farm(tmp_path, workers=0)
+@pytest.fixture(scope="module")
+def spot_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFarm]:
+    """A farm with no workers of its own, shared by the module's tests: each starts the workers
+    it needs, and its checks read its own job's chunks, events and claims."""
+    farm = start_farm(tmp_path_factory.mktemp("spot"), workers=0)
     yield farm
     farm.down()
+
+
+@pytest.fixture
+def empty_farm(spot_farm: LocalFarm) -> Iterator[LocalFarm]:
+    """The module's farm; whatever workers a test started are killed after it, pass or fail."""
+    yield spot_farm
+    for worker in spot_farm.extra_workers:
+        kill_group(worker)
+    spot_farm.extra_workers.clear()
 
 
 def _claims_by(farm: LocalFarm, job_id: str, worker: str) -> list[dict[str, object]]:

@@ -65,7 +65,9 @@ def _target(url: str) -> tuple[str, int]:
 
 def start_proxied_farm(base: Path, workers: int = 2) -> ProxiedFarm:
     """A plain (no TLS) farm with `workers` workers and a reconciler behind the proxies."""
-    farm = start_farm(base, workers=0)
+    # A held request costs its client a read timeout (then it sends it again): 10 s, not the
+    # product's 60, keeps the timeout test short; loopback answers come well within it.
+    farm = start_farm(base, workers=0, extra_env={"FARM_S3_READ_TIMEOUT_S": "10"})
     worker, control = _role(farm, "worker"), _role(farm, "control")
     store = HttpFaultProxy(_target(worker.s3_endpoint)).start()
     redis = TcpFaultProxy(_target(worker.redis_url)).start()

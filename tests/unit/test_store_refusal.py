@@ -1,6 +1,9 @@
-"""Which object store errors no retry can fix: the classifier is pure (code, status, message)."""
+"""Which object store errors no retry can fix: the classifier is pure (code, status, message).
+And how long the store's client waits for an answer: the setting."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +43,17 @@ def test_permanent_refusals_are_named(code: str, status: int, message: str) -> N
 )
 def test_hiccups_stay_transient(code: str, status: int, message: str) -> None:
     assert refusal(code, status, message) == ""
+
+
+def test_the_stores_read_timeout_is_the_setting(tmp_path: Path) -> None:
+    """FARM_S3_READ_TIMEOUT_S reaches the client: the fault tests' held requests end at it."""
+    from farm.adapters.settings import load_settings
+    from farm.adapters.store import Store
+
+    none = tmp_path / "no-config.json"
+    env = {"FARM_S3_ENDPOINT": "http://127.0.0.1:9", "FARM_S3_READ_TIMEOUT_S": "7"}
+    assert (
+        Store.from_settings(load_settings(env, config_path=none)).s3.meta.config.read_timeout == 7
+    )
+    default = load_settings({"FARM_S3_ENDPOINT": "http://127.0.0.1:9"}, config_path=none)
+    assert Store.from_settings(default).s3.meta.config.read_timeout == 60
