@@ -52,10 +52,12 @@ def test_a_transcode_job_runs_in_the_worker_containers(
 ) -> None:
     farm = container_farm
     master = make_master(tmp_path / "master.mov", size="640x360", rate="24", seconds=4)
-    result = farm.farm(
-        "submit", str(master), "--codec", "hevc", "--preset", "ultrafast", "--wait", "--json"
-    )
+    # --score vmaf: the image's own ffmpeg with libvmaf (imageio-ffmpeg's), run in the box
+    result = farm.farm("submit", str(master), "--codec", "hevc", "--preset", "ultrafast",
+                       "--score", "vmaf", "--wait", "--json")  # fmt: skip
     summary = _done(farm, result)
+    scores = [chunk["vmaf"] for chunk in summary["chunks"]]
+    assert scores and all(isinstance(v, float) and 20 < v <= 100 for v in scores), scores
     out = tmp_path / "out.mp4"
     farm.farm("fetch", summary["id"], str(out), check=True)
     got = streams(out)["streams"]
