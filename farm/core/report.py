@@ -478,20 +478,19 @@ def cost_line(summary: dict[str, Any]) -> str:
 
 def job_quality(chunks: list[dict[str, str]]) -> dict[str, Any] | None:
     """A transcode's worst and mean segment SSIM and PSNR over the chunks scored, or None
-    (farm.media.quality scores each segment on its worker); VMAF's too where it was scored."""
+    (farm.media.quality scores each segment on its worker); VMAF's too where it was scored,
+    with the model that scored it."""
     ssim = [float(c["ssim"]) for c in chunks if c.get("ssim")]
     psnr = [float(c["psnr_db"]) for c in chunks if c.get("psnr_db")]
     if not ssim or not psnr:
         return None
     rungs = rung_quality([chunk_rungs(c) for c in chunks if c.get("rungs_ssim")])
     vmaf = [float(c["vmaf"]) for c in chunks if c.get("vmaf")]
+    models = sorted({c.get("vmaf_model") or "vmaf_v0.6.1" for c in chunks if c.get("vmaf")})
     return {
-        "ssim_worst": min(ssim),
-        "ssim_mean": round(sum(ssim) / len(ssim), 6),
-        "psnr_worst_db": min(psnr),
-        "psnr_mean_db": round(sum(psnr) / len(psnr), 3),
+        **_worst_mean({"ssim": ssim, "psnr": psnr, "vmaf": vmaf}),
         "chunks_scored": len(ssim),
-        **({"vmaf_worst": min(vmaf), "vmaf_mean": round(sum(vmaf) / len(vmaf), 3)} if vmaf else {}),
+        **({"vmaf_model": ", ".join(models)} if vmaf else {}),
         **({"rungs": rungs} if rungs else {}),  # a ladder's, per rendition
     }
 
@@ -500,14 +499,25 @@ def rung_quality(chunks: list[list[dict[str, float]]]) -> list[dict[str, float]]
     """A ladder's worst and mean SSIM and PSNR per rendition over its chunks ([] for no ladder)."""
     per_rung = list(zip(*chunks, strict=True)) if chunks else []
     return [
-        {
-            "ssim_worst": min(s["ssim"] for s in scores),
-            "ssim_mean": round(sum(s["ssim"] for s in scores) / len(scores), 6),
-            "psnr_worst_db": min(s["psnr_db"] for s in scores),
-            "psnr_mean_db": round(sum(s["psnr_db"] for s in scores) / len(scores), 3),
-        }
+        _worst_mean({"ssim": [s["ssim"] for s in scores], "psnr": [s["psnr_db"] for s in scores]})
         for scores in per_rung
     ]
+
+
+_DIGITS = {"ssim": 6, "psnr": 3, "vmaf": 3}
+_UNIT = {"psnr": "_db"}
+
+
+def _worst_mean(scores: dict[str, list[float]]) -> dict[str, float]:
+    """`ssim_worst`, `ssim_mean`, `psnr_worst_db`, ...: each metric's lowest and mean score,
+    for the metrics scored (an empty list is left out)."""
+    found: dict[str, float] = {}
+    for metric, values in scores.items():
+        if values:
+            unit = _UNIT.get(metric, "")
+            found[f"{metric}_worst{unit}"] = min(values)
+            found[f"{metric}_mean{unit}"] = round(sum(values) / len(values), _DIGITS[metric])
+    return found
 
 
 def chunk_score_text(chunk: dict[str, Any]) -> str:
@@ -534,8 +544,9 @@ def quality_lines(summary: dict[str, Any]) -> list[str]:
     target = (summary.get("spec") or {}).get("target_quality")
     aim = f"; target {target}, each chunk's CRF/CQ chosen on probes" if target else ""
     vmaf = (
-        f", VMAF worst {q['vmaf_worst']:.2f} mean {q['vmaf_mean']:.2f}" if "vmaf_worst" in q else ""
-    )
+        f", VMAF worst {q['vmaf_worst']:.2f} mean {q['vmaf_mean']:.2f} ({q['vmaf_model']})"
+        if "vmaf_worst" in q else ""
+    )  # fmt: skip
     return [
         f"quality SSIM worst {q['ssim_worst']:.4f} mean {q['ssim_mean']:.4f}, PSNR worst "
         f"{q['psnr_worst_db']:.1f} dB mean {q['psnr_mean_db']:.1f} dB{vmaf} over "

@@ -37,6 +37,11 @@ STEP = 6
 _SSIM = re.compile(r"SSIM Y:[\d.]+ .*All:([\d.]+|inf)")
 _PSNR = re.compile(r"PSNR y:\S+ u:\S+ v:\S+ average:([\d.]+|inf)")
 _VMAF = re.compile(r"VMAF score: ([\d.]+)")
+VMAF_MODEL = "vmaf_v0.6.1"
+"""libvmaf's model for HD: a 1080p display viewed from three times its height."""
+VMAF_4K_MODEL = "vmaf_4k_v0.6.1"
+"""libvmaf's model for 4K: a 2160p display viewed from 1.5 times its height, where an encode's
+softness shows less; both are built into libvmaf, so no model file travels."""
 PSNR_CAP_DB = 100.0
 """Identical frames score PSNR `inf`; kept as 100 dB so JSON and metrics hold a number."""
 
@@ -50,10 +55,16 @@ class Score:
     psnr_db: float
     frames: int
     vmaf: float | None = None
+    vmaf_model: str = ""
+    """The libvmaf model that scored `vmaf` (vmaf_model)."""
 
     def fields(self) -> dict[str, object]:
         """The chunk's ledger fields and the manifest's `quality`."""
-        vmaf = {} if self.vmaf is None else {"vmaf": round(self.vmaf, 3)}
+        vmaf = (
+            {}
+            if self.vmaf is None
+            else {"vmaf": round(self.vmaf, 3), "vmaf_model": self.vmaf_model or VMAF_MODEL}
+        )
         return {"ssim": round(self.ssim, 6), "psnr_db": round(self.psnr_db, 3), **vmaf}
 
     def value(self, metric: str) -> float:
@@ -121,7 +132,9 @@ def score_argv(
     same = [*pick, f"settb=expr={tb}", "setpts=N"]
     split, vmaf, maps = "split", "", ["-map", "[ms]", "-map", "[mp]"]
     if vmaf_threads > 0:
-        split, vmaf = "split=3", f";[m2][r2]libvmaf=n_threads={vmaf_threads}[mv]"
+        model = vmaf_model(width, height)
+        split = "split=3"
+        vmaf = f";[m2][r2]libvmaf=model=version={model}:n_threads={vmaf_threads}[mv]"
         maps += ["-map", "[mv]"]
     graph = (
         f"[0:v:0]{','.join([f'format={pix_fmt}', *same])},{split}"
@@ -258,6 +271,12 @@ def chosen(tried: dict[int, float], target: Target) -> tuple[int, bool]:
     else the lowest tried (the best quality it saw; the chunk is encoded there and flagged)."""
     passing = [q for q, s in tried.items() if target.met(s)]
     return (max(passing), True) if passing else (min(tried), False)
+
+
+def vmaf_model(width: int, height: int) -> str:
+    """The VMAF model for an output of this size: the 4K model from 3840x2160 (either side), the
+    HD model below it, as Netflix trained them (docs/design/quality.md)."""
+    return VMAF_4K_MODEL if width >= 3840 or height >= 2160 else VMAF_MODEL
 
 
 def wants_vmaf(target: str | None, score_vmaf: bool) -> bool:

@@ -48,9 +48,24 @@ def test_vmaf_is_a_third_sink_taking_the_segment_first_and_the_reference_second(
     )
     assert ",settb=expr=1001/24000,setpts=N,split=3[r0][r1][r2];" in graph
     # libvmaf's input 0 is "main" (distorted), input 1 "reference": [m] is the segment (input 0).
-    assert graph.endswith("[m0][r0]ssim[ms];[m1][r1]psnr[mp];[m2][r2]libvmaf=n_threads=4[mv]")
+    assert graph.endswith(
+        "[m0][r0]ssim[ms];[m1][r1]psnr[mp];[m2][r2]libvmaf=model=version=vmaf_v0.6.1:n_threads=4[mv]"
+    )
     assert argv[0] == "/opt/ff"
     assert argv[-9:] == ["-map", "[ms]", "-map", "[mp]", "-map", "[mv]", "-f", "null", "-"]
+
+
+@pytest.mark.parametrize(
+    ("size", "model"),
+    [((1920, 1080), "vmaf_v0.6.1"), ((640, 360), "vmaf_v0.6.1"), ((3840, 2160), "vmaf_4k_v0.6.1"),
+     ((4096, 1716), "vmaf_4k_v0.6.1"), ((2560, 1440), "vmaf_v0.6.1")],
+)  # fmt: skip
+def test_a_4k_output_is_scored_by_the_4k_model(size: tuple[int, int], model: str) -> None:
+    argv = score_argv(ffmpeg_bin="/opt/ff", segment=Path("/w/s.mp4"), source=Path("/m/m.mov"),
+                      cut=CUT, width=size[0], height=size[1], pix_fmt="yuv420p", vmaf_threads=2)  # fmt: skip
+    assert (
+        f"libvmaf=model=version={model}:n_threads=2[mv]" in argv[argv.index("-filter_complex") + 1]
+    )
 
 
 def test_without_vmaf_the_graph_is_ssim_and_psnr_alone() -> None:
@@ -62,7 +77,8 @@ def test_without_vmaf_the_graph_is_ssim_and_psnr_alone() -> None:
 def test_libvmafs_line_is_read_beside_the_other_summaries() -> None:
     score = parse_score(FFMPEG_9, 48, vmaf=True)
     assert (score.ssim, score.psnr_db, score.vmaf) == (0.928709, 30.381357, 70.044486)
-    assert score.fields() == {"ssim": 0.928709, "psnr_db": 30.381, "vmaf": 70.044}
+    assert score.fields() == {"ssim": 0.928709, "psnr_db": 30.381, "vmaf": 70.044,
+                              "vmaf_model": "vmaf_v0.6.1"}  # fmt: skip
     assert score.value("vmaf") == 70.044486
     assert parse_score(FFMPEG_9, 48).vmaf is None  # not asked: not recorded
 
@@ -164,9 +180,9 @@ def test_a_chunk_asking_for_vmaf_on_a_worker_without_it_fails_naming_the_worker(
 def _record() -> tuple[dict[str, str], list[dict[str, str]]]:
     job, chunks = _transcode_record([
         {"index": "0", "state": "done", "frames": "[0, 1]", "ssim": "0.981", "psnr_db": "41.2",
-         "vmaf": "93.512", "quality": "27"},
+         "vmaf": "93.512", "vmaf_model": "vmaf_4k_v0.6.1", "quality": "27"},
         {"index": "1", "state": "done", "frames": "[2, 3]", "ssim": "0.975", "psnr_db": "39.5",
-         "vmaf": "90.25", "quality": "31"},
+         "vmaf": "90.25", "vmaf_model": "vmaf_4k_v0.6.1", "quality": "31"},
     ])  # fmt: skip
     return job | {"spec": job["spec"].replace("ssim=0.97", "vmaf=90")}, chunks
 
@@ -177,10 +193,12 @@ def test_status_json_and_the_job_page_show_each_chunks_vmaf_and_the_jobs_worst_a
     assert (summary["quality"]["vmaf_worst"], summary["quality"]["vmaf_mean"]) == (90.25, 91.881)
     text = to_text(status_table(summary))
     assert "vmaf" in text and "93.51" in text and "90.25" in text
-    assert "VMAF worst 90.25 mean 91.88 over 2 segments; target vmaf=90" in " ".join(text.split())
+    assert summary["quality"]["vmaf_model"] == "vmaf_4k_v0.6.1"
+    line = "VMAF worst 90.25 mean 91.88 (vmaf_4k_v0.6.1) over 2 segments; target vmaf=90"
+    assert line in " ".join(text.split())
     page = job_page(summary, chunk_times={}, thumbs=[], logs={}, cost=None, now=2.0)
     assert '<td class="vmaf">90.25</td>' in page and "<th>vmaf</th>" in page
-    assert "VMAF worst 90.25, mean 91.88 over 2 segments" in page
+    assert "VMAF worst 90.25, mean 91.88 (vmaf_4k_v0.6.1) over 2 segments" in page
 
 
 def test_a_job_scored_without_vmaf_shows_no_vmaf() -> None:

@@ -23,6 +23,7 @@ from farm.media.quality import (
     probe_cuts,
     renditions_score_argv,
     score_argv,
+    vmaf_model,
 )
 from farm.media.transcode_graph import SegmentCut, segment_argv
 from workers.attempt.lifecycle import ChunkAttempt
@@ -64,9 +65,12 @@ def score_segment(
                     programs=(ffmpeg_bin,))  # fmt: skip
     attempt.run_child(argv, what="ffmpeg (score)", on_line=lines.append, box=box)
     try:
-        return parse_score("\n".join(lines), cut.count, vmaf=vmaf)
+        score = parse_score("\n".join(lines), cut.count, vmaf=vmaf)
     except ValueError as exc:
         raise PermanentError(f"segment {attempt.index} could not be scored: {exc}") from None
+    if not vmaf:
+        return score
+    return replace(score, vmaf_model=vmaf_model(spec.resolution.width, spec.resolution.height))
 
 
 def vmaf_ffmpeg(attempt: ChunkAttempt) -> str:
