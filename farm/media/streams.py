@@ -154,13 +154,19 @@ def label(s: MasterStream) -> str:
     return f"stream {s.index} ({inner}{', ' + ' '.join(flags) if flags else ''})"
 
 
+def audio_action(codec: str) -> Action:
+    """An audio stream in an MP4 or MOV: copied where it holds the codec, else encoded once to
+    AAC (mux_options gives the bitrate)."""
+    return Action.COPY if codec in MP4_AUDIO_COPY else Action.AAC
+
+
 def planned_action(s: MasterStream, container: str, timecode: str, chapters: int) -> Action | str:
     """What the deliverable (MP4, MOV or MKV) does with the stream, or why it cannot hold it."""
     box = container.upper()
     if container == MKV:
         return _in_mkv(s, timecode, chapters)
     if s.kind == "audio":
-        return Action.COPY if s.codec in MP4_AUDIO_COPY else Action.AAC
+        return audio_action(s.codec)
     if s.kind == "subtitle":
         if s.codec == "mov_text":
             return Action.COPY
@@ -293,7 +299,7 @@ def kept(master: MasterInfo, kind: str) -> list[MasterStream]:
     if not master.streams and kind == "audio":
         return [
             MasterStream(index=-1, kind="audio", kind_index=a.index, codec=a.codec,
-                         action=str(Action.COPY if a.codec in MP4_AUDIO_COPY else Action.AAC))
+                         action=str(audio_action(a.codec)))
             for a in master.audio
         ]  # fmt: skip
     return [

@@ -21,7 +21,7 @@ from farm.media.containers import MKV
 from farm.media.ffgraph import GLOBAL_ARGS, EncodeSettings, codec_options, moov_reserve_bytes
 from farm.media.hdr import tonemap_filters
 from farm.media.probe import CONCAT_FORMATS, MASTER_FORMATS, input_name, whitelists
-from farm.media.streams import MP4_AUDIO_COPY, carries_more_than_video, mux_options
+from farm.media.streams import carries_more_than_video, mux_options
 
 DEFAULT_QUALITY = {
     "libx264": 20,
@@ -142,35 +142,22 @@ def segment_argv(
     return list(stream.global_args(*globals_).compile(cmd=ffmpeg_bin))
 
 
-def audio_codec_options(codecs: list[tuple[str, int]]) -> dict[str, str]:
-    """Per audio stream: stream copy when MP4 holds the codec, else one AAC encode."""
-    opts: dict[str, str] = {}
-    for n, (codec, channels) in enumerate(codecs):
-        if codec in MP4_AUDIO_COPY:
-            opts[f"c:a:{n}"] = "copy"
-        else:
-            opts[f"c:a:{n}"] = "aac"
-            opts[f"b:a:{n}"] = f"{min(96 * max(channels, 1), 640)}k"
-    return opts
-
-
 def mux_argv(
     *,
     ffmpeg_bin: str,
     list_file: str,
     master: Path | None,
     out: str,
-    audio: list[tuple[str, int]],
+    plan: MasterInfo,
     offset_s: float,
     frames: int,
     audio_packets: int = 0,
-    plan: MasterInfo | None = None,
 ) -> list[str]:
     """Join the segments by stream copy and carry the master's other streams over, once.
 
     `plan`: the job's master with its stream plan (farm.media.streams): its audio, subtitles,
-    chapters and timecode, with their languages, titles and dispositions, as the plan says;
-    without it, `audio` alone (each stream's codec and channels), as before plans.
+    attachments, chapters and timecode, with their languages, titles and dispositions, as the
+    plan says (a spec from before plans: its audio alone, streams.kept).
     ffmpeg shifts every input so its earliest stream starts at zero; `offset_s` (the master's
     format start minus its first video frame, zero or less) moves the master's streams so they
     keep their place against the first frame, as in the master. `master`: its local copy (read
@@ -180,11 +167,8 @@ def mux_argv(
     container = out.rsplit(".", 1)[-1]
     joined = ffmpeg.input(list_file, f="concat", safe=0, **whitelists(list_file, CONCAT_FORMATS))
     inputs = [joined["v:0"]]
-    maps, extra = [f"a:{n}" for n in range(len(audio))], list[str]()
-    codecs = audio_codec_options(audio)
-    if plan is not None:
-        (maps, extra), codecs = mux_options(plan, container), {}
-    if maps or (plan is not None and carries_more_than_video(plan)):
+    maps, extra = mux_options(plan, container)
+    if maps or carries_more_than_video(plan):
         assert master is not None, "the master's streams are read from its local copy"
         name = input_name(master)
         reading = whitelists(name, MASTER_FORMATS)
@@ -196,7 +180,6 @@ def mux_argv(
         *inputs,
         out,
         **{"c:v": "copy"},
-        **codecs,
         **({} if container == MKV else {"moov_size": moov_reserve_bytes(frames, audio_packets)}),
     )
     argv = list(stream.global_args(*GLOBAL_ARGS).compile(cmd=ffmpeg_bin))

@@ -28,6 +28,7 @@ from farm.media.probe import (
     whitelists,
 )
 from farm.media.transcode_graph import SegmentCut, mux_argv, segment_argv
+from tests.unit.test_streams import MASTER
 from workers.host.box import media_box
 
 SETTINGS = EncodeSettings(codec="h264", encoder="libx264", fps=Fraction(24))
@@ -73,7 +74,7 @@ def test_the_segment_ffmpeg_reads_the_local_master_as_one_mastering_file() -> No
 def test_the_mux_reads_the_farms_segments_and_the_local_masters_audio_alone() -> None:
     argv = mux_argv(
         ffmpeg_bin="ffmpeg", list_file="/w/l.txt", master=Path("/cache/m.mov"), out="/w/o.mp4",
-        audio=[("aac", 2)], offset_s=0.0, frames=48,
+        plan=MASTER, offset_s=0.0, frames=48,
     )  # fmt: skip
     assert option(argv, "-i") == ["/w/l.txt", "file:/cache/m.mov"]
     assert option(argv, "-protocol_whitelist") == ["file", "file"]

@@ -149,7 +149,7 @@ def test_a_drop_that_names_nothing_is_refused(drop: str, said: str) -> None:
 def test_the_mux_maps_each_kept_stream_with_its_tags_dispositions_chapters_and_timecode() -> None:
     master = _planned(_mkv(_stream(4, "subtitle", "ass", forced=True)), drop="a:1")
     argv = mux_argv(ffmpeg_bin="ffmpeg", list_file="/w/l.txt", master=Path("/m.mkv"),
-                    out="/w/o.mp4", audio=[], offset_s=0.0, frames=48, plan=master)  # fmt: skip
+                    out="/w/o.mp4", plan=master, offset_s=0.0, frames=48)  # fmt: skip
     at = argv.index("/w/o.mp4")
     maps = [argv[i + 1] for i, a in enumerate(argv) if a == "-map"]
     assert maps == ["0:v:0", "1:a:0", "1:s:0", "1:s:1"]
@@ -166,7 +166,7 @@ def test_the_mux_maps_each_kept_stream_with_its_tags_dispositions_chapters_and_t
 def test_without_streams_to_carry_the_master_is_not_opened_and_no_chapters_are_made() -> None:
     master = _planned(_mkv(), drop="audio,subtitles,chapters,timecode")
     argv = mux_argv(ffmpeg_bin="ffmpeg", list_file="/w/l.txt", master=None, out="/w/o.mp4",
-                    audio=[], offset_s=0.0, frames=48, plan=master)  # fmt: skip
+                    plan=master, offset_s=0.0, frames=48)  # fmt: skip
     assert argv.count("-i") == 1 and ("-map_chapters", "-1") in itertools.pairwise(argv)
 
 

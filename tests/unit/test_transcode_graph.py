@@ -1,10 +1,10 @@
 from fractions import Fraction
 from pathlib import Path
 
+from farm.core.sources import AudioStream, MasterInfo
 from farm.media.ffgraph import EncodeSettings
 from farm.media.transcode_graph import (
     SegmentCut,
-    audio_codec_options,
     default_quality,
     mux_argv,
     seek_seconds,
@@ -149,12 +149,25 @@ def test_quality_defaults_follow_the_encoder() -> None:
     assert default_quality("hevc_nvenc") == 23
 
 
+def _master(*audio: tuple[str, int]) -> MasterInfo:
+    """A master as specs from before stream plans recorded it: its audio alone."""
+    return MasterInfo(
+        container="mov,mp4,m4a,3gp,3g2,mj2", codec="h264", width=320, height=180, frame_count=240,
+        avg_frame_rate="24/1", time_base="1/1000", start_pts=0, format_start_s=0.0,
+        duration_s=10.0, vfr=False,
+        audio=tuple(AudioStream(index=n, codec=codec, channels=channels, sample_rate=48000,
+                                start_s=0.0, duration_s=10.0)
+                    for n, (codec, channels) in enumerate(audio)),
+    )  # fmt: skip
+
+
 def test_audio_mp4_can_hold_is_copied_and_the_rest_encoded_once_to_aac() -> None:
-    assert audio_codec_options([("aac", 2), ("vorbis", 2), ("pcm_s24le", 6)]) == {
-        "c:a:0": "copy",
-        "c:a:1": "aac", "b:a:1": "192k",
-        "c:a:2": "aac", "b:a:2": "576k",
-    }  # fmt: skip
+    master = _master(("aac", 2), ("vorbis", 2), ("pcm_s24le", 6))
+    argv = mux_argv(ffmpeg_bin="ffmpeg", list_file="/l.txt", master=Path("/m.mov"), out="/o.mp4",
+                    plan=master, offset_s=0.0, frames=240)  # fmt: skip
+    [_, _], writing = split(argv, "/o.mp4", GLOBAL)
+    assert {("-c:a:0", "copy"), ("-c:a:1", "aac"), ("-b:a:1", "192k"), ("-c:a:2", "aac"),
+            ("-b:a:2", "576k")} <= set(options(writing))  # fmt: skip
 
 
 def test_the_mux_joins_segments_by_copy_and_keeps_the_audio_in_place() -> None:
@@ -163,7 +176,7 @@ def test_the_mux_joins_segments_by_copy_and_keeps_the_audio_in_place() -> None:
         list_file="/w/segments.txt",
         master=Path("/cache/m.mov"),
         out="/w/output.mp4",
-        audio=[("aac", 2)],
+        plan=_master(("aac", 2)),
         offset_s=-0.024,
         frames=240,
         audio_packets=470,
@@ -175,7 +188,7 @@ def test_the_mux_joins_segments_by_copy_and_keeps_the_audio_in_place() -> None:
     assert master[-2:] == ["-i", "file:/cache/m.mov"]
     assert options(writing) == options([
         "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a:0", "copy",
-        "-moov_size", str(64 * 1024 + 48 * 710),
+        "-moov_size", str(64 * 1024 + 48 * 710), "-map_chapters", "-1",
     ])  # fmt: skip
 
 
@@ -185,7 +198,7 @@ def test_a_silent_master_is_not_opened_at_the_mux() -> None:
         list_file="/l.txt",
         master=None,
         out="/o.mp4",
-        audio=[],
+        plan=_master(),
         offset_s=0.0,
         frames=24,
     )
@@ -193,5 +206,14 @@ def test_a_silent_master_is_not_opened_at_the_mux() -> None:
     assert options(segments[:-2]) == options(["-f", "concat", "-safe", "0", *SEGMENTS_ONLY])
     assert segments[-2:] == ["-i", "/l.txt"]
     assert options(writing) == options(
-        ["-map", "0:v:0", "-c:v", "copy", "-moov_size", str(64 * 1024 + 48 * 24)]
+        [
+            "-map",
+            "0:v:0",
+            "-c:v",
+            "copy",
+            "-moov_size",
+            str(64 * 1024 + 48 * 24),
+            "-map_chapters",
+            "-1",
+        ]
     )

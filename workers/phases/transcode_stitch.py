@@ -128,7 +128,6 @@ def final_mux_argv(
         list_file=str(list_file),
         master=source,
         out=str(out),
-        audio=[],
         plan=master,
         offset_s=min(0.0, master.format_start_s - master.start_s),
         frames=master.frame_count,
