@@ -97,9 +97,10 @@ allow_path_option = click.option(
 @click.option("--target-quality", default=None, metavar="METRIC=VALUE",
               help="Encode: ssim=0.98, psnr=40 or vmaf=95; each chunk's CRF/CQ is the highest "
                    "whose short probes reach it (instead of --quality).")  # fmt: skip
-@click.option("--score", type=click.Choice(["vmaf"]), default=None,
-              help="Encode: `--score vmaf` scores each segment's VMAF beside SSIM and PSNR "
-                   "(libvmaf; about 3x their cost, so off by default).")  # fmt: skip
+@click.option("--score", type=click.Choice(["ssim", "vmaf", "none"]), default=None,
+              help="Encode: what each segment is scored with against the master: ssim (SSIM and "
+                   "PSNR, the default), vmaf (VMAF too, libvmaf: about 3x their cost) or none "
+                   "(no scoring pass).")  # fmt: skip
 @click.option("--encoder", default="auto", show_default=True, help="Encode: auto, nvenc, software.")
 @click.option("--preset", default="medium", show_default=True, help="Encode: x264-style preset.")
 @click.option("--segment-frames", type=int, default=None, help="Encode: frames per segment.")
@@ -245,8 +246,8 @@ def submit(
                 codec=codec,
                 quality=quality,
                 target_quality=target_quality,
-                score_vmaf=score == "vmaf",
-                vmaf_missing=_vmaf_missing(loaded, target_quality, score == "vmaf"),
+                score=score,
+                vmaf_missing=_vmaf_missing(loaded, target_quality, score or "ssim"),
                 encoder=encoder,
                 preset=preset,
                 segment_frames=segment_frames,
@@ -495,13 +496,13 @@ ONLY_FOR = {
 """`farm submit`'s flags that one kind of job reads and the other does not."""
 
 
-def _vmaf_missing(settings: Settings, target: str | None, score_vmaf: bool) -> str:
+def _vmaf_missing(settings: Settings, target: str | None, score: str) -> str:
     """Why this farm's VMAF ffmpeg cannot score (farm.adapters.vmaf), tried only for a job that
     asks for VMAF; '' otherwise. The workers try theirs too, and fail a chunk saying so."""
     from farm.adapters.vmaf import find_vmaf
     from farm.media.quality import wants_vmaf
 
-    return find_vmaf(settings.vmaf_ffmpeg).fault if wants_vmaf(target, score_vmaf) else ""
+    return find_vmaf(settings.vmaf_ffmpeg).fault if wants_vmaf(target, score) else ""
 
 
 def _refuse_flags_of_the_other_kind(ctx: click.Context, kind: object, path: Path) -> None:

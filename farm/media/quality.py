@@ -279,19 +279,31 @@ def vmaf_model(width: int, height: int) -> str:
     return VMAF_4K_MODEL if width >= 3840 or height >= 2160 else VMAF_MODEL
 
 
-def wants_vmaf(target: str | None, score_vmaf: bool) -> bool:
+SCORES = ("ssim", "vmaf", "none")
+"""What `--score` takes: SSIM and PSNR (the default), VMAF too, or no scoring pass."""
+
+
+def wants_vmaf(target: str | None, score: str) -> bool:
     """Whether a job's segments are scored for VMAF: `--score vmaf`, or a `vmaf=` target."""
-    return score_vmaf or (target or "").strip().lower().startswith("vmaf")
+    return score == "vmaf" or (target or "").strip().lower().startswith("vmaf")
 
 
-def vmaf_choice(target: str | None, score_vmaf: bool, *, ladder: bool, missing: str) -> bool:
-    """`--score vmaf` (or a `vmaf=` target) checked against the job and the farm: whether the
-    segments are scored for VMAF. `missing`: why this farm has no libvmaf ('' when it has it).
-    SpecError with what to do."""
-    if not wants_vmaf(target, score_vmaf):
-        return False
-    asked = "--score vmaf" if score_vmaf else f"--target-quality {target}"
-    if ladder and score_vmaf:
+def score_choice(score: str | None, target: str | None, *, ladder: bool, missing: str) -> str:
+    """`--score` checked against the job and the farm, as the spec keeps it: `ssim` when not
+    given, `vmaf` under a `vmaf=` target (its segments are scored for VMAF too). `missing`: why this farm has no libvmaf ('' when it has it), asked only where VMAF
+    is. SpecError with what to do."""
+    score = score or "ssim"
+    if score not in SCORES:
+        raise SpecError(f"--score {score!r}: choose one of {', '.join(SCORES)}")
+    if score == "none" and target:
+        raise SpecError(
+            f"--score none with --target-quality {target}: the target's search scores each "
+            "chunk's probes; leave one of them out"
+        )
+    if not wants_vmaf(target, score):
+        return score
+    asked = "--score vmaf" if score == "vmaf" else f"--target-quality {target}"
+    if ladder and score == "vmaf":
         raise SpecError(
             "--score vmaf with --ladder: a ladder's renditions are scored for SSIM and PSNR "
             "only; leave --score vmaf out"
@@ -302,13 +314,13 @@ def vmaf_choice(target: str | None, score_vmaf: bool, *, ladder: bool, missing: 
             "ffmpeg has libvmaf) or set FARM_VMAF_FFMPEG to an ffmpeg built --enable-libvmaf, "
             "or score with ssim=0.98 or psnr=40 instead"
         )
-    return True
+    return "vmaf"
 
 
 def target_choice(text: str | None, *, quality: int | None, prores: bool, ladder: bool) -> str:
     """`--target-quality` checked against the job's other settings, written as the spec keeps it
     (`ssim=0.98`); '' when not given. SpecError with what to do. Whether the farm can score a
-    `vmaf=` target is vmaf_choice's."""
+    `vmaf=` target is score_choice's."""
     if not text:
         return ""
     target = parse_target(text)

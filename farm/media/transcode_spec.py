@@ -14,7 +14,7 @@ from farm.media.hdr import probe_hdr
 from farm.media.hdrspec import hdr_choice
 from farm.media.ladder import ladder_choice
 from farm.media.master import Probed, check_interlace, probe_master, seek_points
-from farm.media.quality import target_choice, vmaf_choice
+from farm.media.quality import score_choice, target_choice
 from farm.media.scenecuts import find_cuts, moved, place_segments, seeks_at
 from farm.media.streams import cue_counts, parse_drop, plan_streams, with_plan
 
@@ -61,7 +61,7 @@ def build_transcode_spec(
     ladder: str | None = None,
     package: str | None = None,
     target_quality: str | None = None,
-    score_vmaf: bool = False,
+    score: str | None = None,
     vmaf_missing: str = "",
     drop: str | None = None,
     deinterlace: bool = False,
@@ -70,7 +70,7 @@ def build_transcode_spec(
     """Validate CLI values for an encode job; the master's frames are numbered 0..N-1. `cuts`:
     the master's scene cuts (farm.media.scenecuts), which segment boundaries move to; None: not
     scanned, a boundary every `segment_frames`. `vmaf_missing`: why this farm cannot score VMAF
-    ('' when it can), for `score_vmaf` and a `vmaf=` target."""
+    ('' when it can), for `--score vmaf` and a `vmaf=` target."""
     parsed_codec = Codec(_choice(Codec, "--codec", codec))
     parsed_encoder = EncoderChoice(_choice(EncoderChoice, "--encoder", encoder))
     if quality is not None and parsed_codec is Codec.PRORES:
@@ -110,7 +110,7 @@ def build_transcode_spec(
             )
     target = target_choice(target_quality, quality=quality, ladder=bool(rungs),
                            prores=parsed_codec is Codec.PRORES)  # fmt: skip
-    score_vmaf = vmaf_choice(target, score_vmaf, ladder=bool(rungs), missing=vmaf_missing)
+    score = score_choice(score, target, ladder=bool(rungs), missing=vmaf_missing)
     return JobSpec(
         kind=JobKind.TRANSCODE,
         source_name=source_name,
@@ -127,7 +127,7 @@ def build_transcode_spec(
         ladder=rungs,
         package=package,
         target_quality=target,
-        score_vmaf=score_vmaf,
+        score=score,
         container=box,
     )
 

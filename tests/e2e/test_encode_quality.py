@@ -90,6 +90,34 @@ def test_each_segments_score_shows_in_status_and_its_manifest(
     assert "quality SSIM worst" in text and f"{chunks[0]['ssim']:.4f} / " in text, text
 
 
+def test_score_none_skips_the_scoring_pass_of_segments_and_renditions(
+    local_farm: LocalFarm, tmp_path: Path
+) -> None:
+    # GIVEN the same master, transcoded once plainly and once as a two-rung ladder, --score none
+    master = _busy_then_flat(tmp_path / "m.mov")
+    plain = _submit(local_farm, master, "--score", "none")
+    made = local_farm.farm("submit", str(master), "--segment-frames", "24", "--no-scene-cuts",
+                           "--preset", "ultrafast", "--score", "none",
+                           "--ladder", "320x180@400k,160x90@150k", "--wait", "--json")  # fmt: skip
+    assert made.returncode == 0, f"{made.stderr}\n{local_farm.logs()}"
+    ladder = json.loads(made.stdout)
+    for summary in (plain, ladder):
+        job_id = summary["id"]
+        # THEN it is done with no score anywhere: chunks, job, manifests, renditions, status
+        assert summary["spec"]["score"] == "none"
+        assert all(c["ssim"] is None and not c["rungs"] for c in summary["chunks"])
+        assert summary["quality"] is None
+        manifests = _manifests(local_farm, job_id)
+        assert len(manifests) == 2 and not any("quality" in m for m in manifests)
+        assert not any("quality" in r for m in manifests for r in m.get("renditions", ()))
+        chunks = [local_farm.ledger().chunk(job_id, n) for n in range(2)]
+        assert not any("score_s" in c or "ssim" in c for c in chunks), chunks
+        text = local_farm.farm("status", job_id, check=True).stdout
+        assert "quality SSIM" not in text and "ssim / psnr" not in text, text
+    # AND the ladder's renditions were still made and joined: one decode, two encodes
+    assert len(ladder["spec"]["ladder"]) == 2 and ladder["state"] == "done"
+
+
 def test_target_quality_chooses_each_chunks_crf_and_the_video_is_whole(
     local_farm: LocalFarm, tmp_path: Path
 ) -> None:

@@ -22,7 +22,7 @@ from farm.media.quality import (
     parse_score,
     parse_target,
     score_argv,
-    vmaf_choice,
+    score_choice,
     wants_vmaf,
 )
 from farm.web.exporter import families
@@ -109,15 +109,23 @@ def test_the_search_steps_on_vmaf_scores_as_on_ssims() -> None:
 
 
 def test_vmaf_is_scored_only_when_asked_and_where_the_farm_has_it() -> None:
-    assert not wants_vmaf("ssim=0.98", False) and not wants_vmaf(None, False)
-    assert wants_vmaf("vmaf=95", False) and wants_vmaf("", True)
-    assert vmaf_choice("ssim=0.98", False, ladder=False, missing="no libvmaf") is False
-    assert vmaf_choice("vmaf=95", False, ladder=False, missing="") is True
+    assert not wants_vmaf("ssim=0.98", "ssim") and not wants_vmaf(None, "ssim")
+    assert wants_vmaf("vmaf=95", "ssim") and wants_vmaf("", "vmaf")
+    assert score_choice(None, "ssim=0.98", ladder=False, missing="no libvmaf") == "ssim"
+    assert score_choice(None, "vmaf=95", ladder=False, missing="") == "vmaf"
     with pytest.raises(SpecError, match=r"--target-quality vmaf=95: this farm has no VMAF.*"
                                         r"install imageio-ffmpeg"):  # fmt: skip
-        vmaf_choice("vmaf=95", False, ladder=False, missing="VMAF is off here")
+        score_choice(None, "vmaf=95", ladder=False, missing="VMAF is off here")
     with pytest.raises(SpecError, match="--score vmaf with --ladder"):
-        vmaf_choice("", True, ladder=True, missing="")
+        score_choice("vmaf", "", ladder=True, missing="")
+
+
+def test_score_none_skips_scoring_but_not_under_a_target() -> None:
+    assert score_choice("none", None, ladder=True, missing="no libvmaf") == "none"
+    with pytest.raises(SpecError, match=r"--score none with --target-quality ssim=0\.98: the"):
+        score_choice("none", "ssim=0.98", ladder=False, missing="")
+    with pytest.raises(SpecError, match="--score 'fast': choose one of ssim, vmaf, none"):
+        score_choice("fast", None, ladder=False, missing="")
 
 
 def test_the_vmaf_ffmpeg_setting_defaults_to_imageio_ffmpeg_and_off_turns_it_off(
@@ -226,7 +234,7 @@ def test_the_metrics_have_a_vmaf_histogram_by_encoder() -> None:
     assert samples[("farm_segment_vmaf_sum", None)] == 181.5
 
 
-def _vmaf_spec(target: str | None, score_vmaf: bool, missing: str) -> dict[str, object]:
+def _vmaf_spec(target: str | None, score: str | None, missing: str) -> dict[str, object]:
     from farm.media.master import Probed
     from farm.media.transcode_spec import build_transcode_spec
     from tests.unit.test_scenecuts import _master
@@ -234,7 +242,7 @@ def _vmaf_spec(target: str | None, score_vmaf: bool, missing: str) -> dict[str, 
     spec = build_transcode_spec(
         source_name="m.mov", probed=Probed(info=_master(150), keyframes_pts=(0,)),
         resolution="320x180", codec="h264", encoder="software", preset="ultrafast",
-        segment_frames=48, target_quality=target, score_vmaf=score_vmaf, vmaf_missing=missing,
+        segment_frames=48, target_quality=target, score=score, vmaf_missing=missing,
         quality=None,
     )  # fmt: skip
     data: dict[str, object] = json.loads(json.dumps(spec.to_json()))
@@ -242,12 +250,16 @@ def _vmaf_spec(target: str | None, score_vmaf: bool, missing: str) -> dict[str, 
 
 
 def test_the_submit_refuses_vmaf_where_the_farm_has_none_and_the_api_takes_it() -> None:
+    from farm.web.api.answers import ApiError
     from farm.web.api.validate import job_spec
 
     with pytest.raises(SpecError, match=r"--score vmaf: this farm has no VMAF \(VMAF is off"):
-        _vmaf_spec(None, True, "VMAF is off here (FARM_VMAF_FFMPEG=off)")
-    sent = _vmaf_spec("VMAF=95", False, "")
-    assert (sent["target_quality"], sent["score_vmaf"]) == ("vmaf=95", True)
+        _vmaf_spec(None, "vmaf", "VMAF is off here (FARM_VMAF_FFMPEG=off)")
+    sent = _vmaf_spec("VMAF=95", None, "")
+    assert (sent["target_quality"], sent["score"]) == ("vmaf=95", "vmaf")
     taken = job_spec(sent, max_chunks=100)
-    assert (taken.target_quality, taken.score_vmaf) == ("vmaf=95", True)
-    assert _vmaf_spec("ssim=0.98", False, "no libvmaf")["score_vmaf"] is False
+    assert (taken.target_quality, taken.score) == ("vmaf=95", "vmaf")
+    assert _vmaf_spec("ssim=0.98", None, "no libvmaf")["score"] == "ssim"
+    assert job_spec(_vmaf_spec(None, "none", ""), max_chunks=100).score == "none"
+    with pytest.raises(ApiError, match=r"score 'ssim': write it as the CLI does \('vmaf'"):
+        job_spec({**sent, "score": "ssim"}, max_chunks=100)

@@ -65,23 +65,24 @@ def ladder_segment(
                 f"frames; expected {rung.width}x{rung.height} with {cut.count}"
             )
     scoring = time.monotonic()  # a second decode of the master's span (docs/design/quality.md)
-    scores = score_renditions(attempt, source=source, renditions=outs, cut=cut, spec=spec,
-                              settings=settings)  # fmt: skip
+    scores = [] if spec.score == "none" else score_renditions(
+        attempt, source=source, renditions=outs, cut=cut, spec=spec, settings=settings
+    )  # fmt: skip
     score_s = time.monotonic() - scoring
     attempt.check_lease("before the upload")
     renditions: list[dict[str, Any]] = []
     etag = ""
-    for n, (out, info, rung, score) in enumerate(
-        zip(outs, infos, spec.ladder, scores, strict=True)
-    ):
+    for n, (out, info, rung) in enumerate(zip(outs, infos, spec.ladder, strict=True)):
         key = rendition_key(attempt, n, ext)
         tag = ctx.store.put_file(key, out, intermediate=True)
         etag = etag or tag
-        renditions.append(
-            {**_rendition(key, out, info.manifest_fields(settings.fps), rung),
-             "quality": {**score.fields(), "frames_scored": score.frames}}
-        )  # fmt: skip
-    worst = worst_score(scores)
+        rendition = _rendition(key, out, info.manifest_fields(settings.fps), rung)
+        if scores:
+            rendition["quality"] = {**scores[n].fields(), "frames_scored": scores[n].frames}
+        renditions.append(rendition)
+    worst = worst_score(scores) if scores else None
+    scored = {} if worst is None else {**worst.fields(), **rung_fields(scores),
+                                       "score_s": round(score_s, 3)}  # fmt: skip
     named = {input_name(source), *map(str, outs)}
     manifest = segment_manifest(
         attempt,
@@ -99,16 +100,16 @@ def ladder_segment(
         master={"key": attempt.job["source_key"], "container": container},
         etag=etag,
         renditions=renditions,
-        quality={**worst.fields(), "frames_scored": worst.frames, "of": "the worst rendition"},
-    )
+        **({} if worst is None else
+           {"quality": {**worst.fields(), "frames_scored": worst.frames,
+                        "of": "the worst rendition"}}),
+    )  # fmt: skip
     return Outcome(
         fields={
             "encode_s": round(encoded_s, 3),
             "frames_rendered": cut.count,
             "encoder": settings.encoder,
-            **worst.fields(),
-            **rung_fields(scores),
-            "score_s": round(score_s, 3),
+            **scored,  # none under --score none
         },
         manifest=manifest,
         summary={"frames": infos[0].frames, "encoder": settings.encoder, "renditions": len(outs)},

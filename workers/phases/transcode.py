@@ -127,11 +127,12 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
     if info.frames != cut.count:
         raise PermanentError(f"segment {index} has {info.frames} frames, expected {cut.count}")
     scoring = time.monotonic()
-    score = score_segment(
+    score = None if spec.score == "none" else score_segment(
         attempt, source=source, segment=segment, cut=cut, spec=spec, settings=settings,
-        vmaf=wants_vmaf(spec.target_quality, spec.score_vmaf),
+        vmaf=wants_vmaf(spec.target_quality, spec.score),
     )  # fmt: skip
     score_s = time.monotonic() - scoring
+    scored = {} if score is None else {**score.fields(), "score_s": round(score_s, 3)}
     attempt.check_lease("before the upload")
     etag = ctx.store.put_file(attempt.segment_key(spec.codec.container), segment, intermediate=True)
     manifest = segment_manifest(
@@ -149,15 +150,15 @@ def transcode_segment(attempt: ChunkAttempt) -> Outcome:
         },
         master={"key": source_key, "container": container},
         etag=etag,
-        quality={**score.fields(), "frames_scored": score.frames, **searched},
-    )
+        **({} if score is None else
+           {"quality": {**score.fields(), "frames_scored": score.frames, **searched}}),
+    )  # fmt: skip
     return Outcome(
         fields={
             "encode_s": round(encoded_s, 3),
             "frames_rendered": cut.count,
             "encoder": settings.encoder,
-            **score.fields(),
-            "score_s": round(score_s, 3),
+            **scored,  # none under --score none
             **({"quality": settings.quality} if searched else {}),
         },
         manifest=manifest,

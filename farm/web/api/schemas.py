@@ -149,10 +149,11 @@ SCHEMAS: dict[str, Schema] = {
                 "back by the CLI); each chunk's CRF/CQ is the highest whose probes reach it. Not "
                 "with `quality`, `ladder` or ProRes. '': none.",
             },
-            "score_vmaf": {
-                "type": "boolean",
-                "description": "`--score vmaf`: each segment scored for VMAF beside SSIM and "
-                "PSNR (a vmaf= target scores it either way). Not with `ladder`.",
+            "score": {
+                "enum": ["ssim", "vmaf", "none"],
+                "description": "`--score`: what each segment is scored with: ssim (SSIM and "
+                "PSNR, the default), vmaf (VMAF too; a vmaf= target scores it either way; not "
+                "with `ladder`) or none (no scoring pass; not with `target_quality`).",
             },
             "preset": {"type": "string"},
             "master": {"type": ["object", "null"]},

@@ -40,7 +40,7 @@ from farm.core.versions import parse_version
 from farm.media.containers import container_choice
 from farm.media.hdrspec import check_recorded
 from farm.media.ladder import check_ladder
-from farm.media.quality import target_choice, vmaf_choice
+from farm.media.quality import score_choice, target_choice
 from farm.media.scenecuts import check_starts
 from farm.media.streamcheck import check_plan
 from farm.media.transcode_spec import MAX_QUALITY, PRESETS
@@ -313,7 +313,9 @@ def _check_transcode(spec: JobSpec) -> None:
             f"target_quality {spec.target_quality!r}: write it as ssim=0.98, psnr=40 or vmaf=95"
         )
     # The workers' libvmaf is theirs to check (a chunk fails saying what to install).
-    vmaf_choice(spec.target_quality, spec.score_vmaf, ladder=bool(spec.ladder), missing="")
+    scored = score_choice(spec.score, spec.target_quality, ladder=bool(spec.ladder), missing="")
+    if spec.score != scored:
+        raise SpecError(f"score {spec.score!r}: write it as the CLI does ({scored!r} for this job)")
     if master.hdr is not None:  # names and numbers that reach ffmpeg's options (farm.media.hdrspec)
         check_recorded(master.hdr, spec.codec, spec.encoder)
     if spec.container != container_choice(
