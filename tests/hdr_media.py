@@ -14,16 +14,18 @@ MAX_CLL = (1000, 400)
 TAGS = ("color_primaries", "color_transfer", "color_space")
 
 
-def make_hdr_master(path: Path, *, transfer: str = "smpte2084", seconds: int = 2) -> Path:
-    """320x180 24 fps HEVC Main10, BT.2020 tagged with `transfer`; a PQ master carries HDR10's
-    mastering display and content light level SEI, an HLG one none."""
+def make_hdr_master(
+    path: Path, *, transfer: str = "smpte2084", seconds: int = 2, size: str = "320x180"
+) -> Path:
+    """`size` (320x180) 24 fps HEVC Main10, BT.2020 tagged with `transfer`; a PQ master carries
+    HDR10's mastering display and content light level SEI, an HLG one none."""
     params = f"log-level=error:colorprim=bt2020:transfer={transfer}:colormatrix=bt2020nc"
     if transfer == "smpte2084":
         params += f":master-display={MASTER_DISPLAY}:max-cll={MAX_CLL[0]},{MAX_CLL[1]}"
         params += ":hdr10=1:repeat-headers=1"
     subprocess.run(
         ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi",
-         "-i", f"testsrc2=s=320x180:r=24:d={seconds}", "-pix_fmt", "yuv420p10le",
+         "-i", f"testsrc2=s={size}:r=24:d={seconds}", "-pix_fmt", "yuv420p10le",
          "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", params,
          "-color_primaries", "bt2020", "-color_trc", transfer, "-colorspace", "bt2020nc",
          "-tag:v", "hvc1", str(path)],

@@ -28,9 +28,11 @@ NAMED_HEIGHTS = {"2160p": 2160, "1440p": 1440, "1080p": 1080, "720p": 720, "540p
 H264_KBPS = {2160: 16000, 1440: 9000, 1080: 6000, 720: 3000, 540: 2000, 480: 1500, 360: 800, 240: 400,
              144: 200}  # fmt: skip
 """A named rung's bitrate in H.264 (near Apple's HLS authoring spec); HEVC takes CODEC_SHARE of it."""
-CODEC_SHARE = {Codec.H264: Fraction(1), Codec.HEVC: Fraction(3, 5)}
+CODEC_SHARE = {Codec.H264: Fraction(1), Codec.HEVC: Fraction(3, 5), Codec.HEVC10: Fraction(3, 5)}
 """Codecs a ladder encodes: bitrate caps are written for x264, x265 and NVENC's VBR; AV1 (SVT-AV1
-in ffmpeg 5.1 caps no peak rate), 10-bit and ProRes are refused at submit."""
+in ffmpeg 5.1 caps no peak rate) and ProRes are refused at submit. HEVC Main10 (an HDR10 or HLG
+ladder, or 10-bit SDR) takes HEVC's share: two more bits a sample cost x265 next to nothing
+at equal quality, and it is the same encoder at the same rate control."""
 TEXT_SUBTITLES = frozenset({"mov_text", "subrip", "srt", "ass", "ssa", "webvtt", "text"})
 """Subtitle codecs ffmpeg turns into WebVTT (a package's subtitles)."""
 GOP_S = 2
@@ -46,7 +48,9 @@ def parse_ladder(
     """`2160p,1080p,720p` or `1920x1080@6M,1280x720@3000k` -> the rungs, largest first. A named
     rung keeps the master's shape (width rounded to even); none may be taller than the master."""
     if codec not in CODEC_SHARE:
-        raise SpecError(f"--ladder encodes h264 or hevc; --codec {codec} is not one of them")
+        raise SpecError(
+            f"--ladder encodes h264, hevc or hevc10; --codec {codec} is not one of them"
+        )
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise SpecError("--ladder ''; name rungs, e.g. --ladder 1080p,720p or 1920x1080@6M")
@@ -231,7 +235,7 @@ def check_ladder(spec: JobSpec) -> None:
             raise SpecError(f"package {spec.package}: a package needs a ladder")
         return
     if spec.codec not in CODEC_SHARE or len(spec.ladder) > MAX_RUNGS:
-        raise SpecError(f"ladder: at most {MAX_RUNGS} rungs, codec h264 or hevc")
+        raise SpecError(f"ladder: at most {MAX_RUNGS} rungs, codec h264, hevc or hevc10")
     master = spec.master
     for rung in spec.ladder:
         if not all(type(v) is int for v in (rung.width, rung.height, rung.bitrate_kbps)):

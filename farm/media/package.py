@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import ffmpeg
 
 from farm.core import keys
+from farm.core.hdr import HLG, PQ, HdrInfo
 from farm.media.ffgraph import GLOBAL_ARGS
 from farm.media.ladder import GOP_S
 from farm.media.probe import FARM_FORMATS, input_name, whitelists
@@ -27,6 +28,25 @@ MASTER = "master.m3u8"
 INDEX = "package.json"
 """The package's list of files with their sizes and SHA-256, written last: `farm fetch` checks
 each file it brings against it."""
+VIDEO_RANGES = {PQ: "PQ", HLG: "HLG"}
+"""HLS VIDEO-RANGE per transfer (RFC 8216bis 4.4.6.2); an SDR ladder leaves it out (SDR is what a
+player assumes), and Apple's authoring spec asks for it on every variant once one is HDR."""
+CICP = "urn:mpeg:mpegB:cicp:"
+CICP_CODES = {
+    "ColourPrimaries": {"bt709": 1, "bt470m": 4, "bt470bg": 5, "smpte170m": 6, "smpte240m": 7,
+                        "film": 8, "bt2020": 9, "smpte428": 10, "smpte431": 11, "smpte432": 12},
+    "TransferCharacteristics": {"bt709": 1, "gamma22": 4, "gamma28": 5, "smpte170m": 6,
+                                "smpte240m": 7, "linear": 8, "log100": 9, "log316": 10,
+                                "iec61966-2-4": 11, "bt1361e": 12, "iec61966-2-1": 13,
+                                "bt2020-10": 14, "bt2020-12": 15, "smpte2084": 16, "smpte428": 17,
+                                "arib-std-b67": 18},
+    "MatrixCoefficients": {"gbr": 0, "bt709": 1, "fcc": 4, "bt470bg": 5, "smpte170m": 6,
+                           "smpte240m": 7, "ycgco": 8, "bt2020nc": 9, "bt2020c": 10,
+                           "smpte2085": 11, "chroma-derived-nc": 12, "chroma-derived-c": 13,
+                           "ictcp": 14},
+}  # fmt: skip
+"""ffprobe's colour names as ITU-T H.273 (CICP) code points, for the MPD's descriptors."""
+_PROFILE_SPACES = ("", "A", "B", "C")
 _LANGUAGE = re.compile(r"[a-z]{2,3}(?:-[A-Za-z0-9]{1,8})*")
 _ATTR = re.compile(r'([A-Z0-9-]+)=("[^"]*"|[^,]*)')
 
@@ -60,6 +80,35 @@ def audio_name(track: AudioTrack) -> str:
     """The NAME a player lists: the title when it is plain text, else the language, else a number."""
     title = re.sub(r'["\x00-\x1f\x7f]', "", track.title)[:60].strip()
     return title or track.language or f"track {track.index + 1}"
+
+
+def video_range(hdr: HdrInfo | None) -> str:
+    """The ladder's VIDEO-RANGE: PQ or HLG when the master's HDR is kept, '' (left out) for SDR."""
+    if hdr is None or hdr.tonemap:
+        return ""
+    return VIDEO_RANGES.get(hdr.transfer, "")
+
+
+def hevc_codec(init: bytes) -> str:
+    """An HEVC rendition's RFC 6381 codecs string (ISO/IEC 14496-15 Annex E.3), e.g.
+    `hvc1.2.4.L93.90`, from its init segment's hvcC: ffmpeg 5.1 writes a bare `hvc1`, which
+    names no profile, tier or level and which Apple's players and MSE cannot judge."""
+    at = init.find(b"hvcC")
+    record = init[at + 4 : at + 4 + 13] if at >= 4 else b""
+    if len(record) < 13 or int.from_bytes(init[at - 4 : at], "big") < 8 + 23:
+        raise ValueError("the init segment has no HEVC configuration (hvcC) box")
+    entry = "hev1" if init.rfind(b"hev1", 0, at) > init.rfind(b"hvc1", 0, at) else "hvc1"
+    space, tier, profile = record[1] >> 6, (record[1] >> 5) & 1, record[1] & 0x1F
+    compatible = int(f"{int.from_bytes(record[2:6], 'big'):032b}"[::-1], 2)
+    constraints = record[6:12].rstrip(b"\0")
+    parts = [entry, f"{_PROFILE_SPACES[space]}{profile}", f"{compatible:X}",
+             f"{'LH'[tier]}{record[12]}", *(f"{b:X}" for b in constraints)]  # fmt: skip
+    return ".".join(parts)
+
+
+def with_video_codec(listed: str, video: str) -> str:
+    """A CODECS list (`hvc1,mp4a.40.2`) with its bare HEVC entry replaced by `video`."""
+    return ",".join(video if c.strip() in ("hvc1", "hev1") else c for c in listed.split(","))
 
 
 def package_argv(
@@ -181,8 +230,8 @@ def subtitle_playlist(vtt: str, duration_s: float) -> str:
     ]) + "\n"  # fmt: skip
 
 
-def mpd_with_subtitles(text: str, subtitles: list[AudioTrack]) -> str:
-    """ffmpeg's MPD with an adaptation set per subtitle track (its WebVTT file, whole)."""
+def _period(text: str) -> tuple[ET.Element, ET.Element]:
+    """ffmpeg's MPD parsed, its namespaces kept for writing back: the root and its Period."""
     ET.register_namespace("", DASH_NAMESPACE)
     for prefix, uri in (("xsi", "http://www.w3.org/2001/XMLSchema-instance"),
                         ("xlink", "http://www.w3.org/1999/xlink")):  # fmt: skip
@@ -191,6 +240,49 @@ def mpd_with_subtitles(text: str, subtitles: list[AudioTrack]) -> str:
     period = root.find(f"{{{DASH_NAMESPACE}}}Period")
     if period is None:
         raise ValueError("ffmpeg's MPD has no Period")
+    return root, period
+
+
+def _mpd_text(root: ET.Element) -> str:
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode")
+
+
+def mpd_with_video(text: str, codecs: Sequence[str], hdr: HdrInfo | None) -> str:
+    """ffmpeg's MPD with each video representation's full `codecs` (hevc_codec; none: as
+    written) and, when the master's HDR is kept, its colour as CICP descriptors on the video set
+    (DASH-IF IOP's HDR10/PQ10: primaries 9, transfer 16, matrix 9). The transfer is essential
+    for PQ, so a player that cannot show PQ skips the set; HLG plays on SDR screens, so there it
+    is supplemental like the rest."""
+    root, period = _period(text)
+    videos = [s for s in period.findall(f"{{{DASH_NAMESPACE}}}AdaptationSet")
+              if s.get("contentType") == "video"]  # fmt: skip
+    reps = [r for s in videos for r in s.findall(f"{{{DASH_NAMESPACE}}}Representation")]
+    if codecs and len(codecs) != len(reps):
+        raise ValueError(f"ffmpeg's MPD has {len(reps)} video representations, not {len(codecs)}")
+    for rep, codec in zip(reps, codecs, strict=False):
+        rep.set("codecs", codec)
+    if hdr is None or hdr.tonemap or not hdr.is_hdr:
+        return _mpd_text(root)
+    essential = CICP + "TransferCharacteristics" if hdr.transfer == PQ else ""
+    for found in videos:  # descriptors come before the set's representations (the MPD schema)
+        for n, (scheme, value) in enumerate(cicp(hdr)):
+            kind = "Essential" if scheme == essential else "Supplemental"
+            attrs = {"schemeIdUri": scheme, "value": str(value)}
+            found.insert(n, ET.Element(f"{{{DASH_NAMESPACE}}}{kind}Property", attrs))
+    return _mpd_text(root)
+
+
+def cicp(hdr: HdrInfo) -> list[tuple[str, int]]:
+    """The master's colour tags as (CICP scheme, code point), those it sets."""
+    named = {"ColourPrimaries": hdr.primaries, "TransferCharacteristics": hdr.transfer,
+             "MatrixCoefficients": hdr.matrix}  # fmt: skip
+    return [(CICP + what, CICP_CODES[what][name]) for what, name in named.items()
+            if name in CICP_CODES[what]]  # fmt: skip
+
+
+def mpd_with_subtitles(text: str, subtitles: list[AudioTrack]) -> str:
+    """ffmpeg's MPD with an adaptation set per subtitle track (its WebVTT file, whole)."""
+    root, period = _period(text)
     sets = period.findall(f"{{{DASH_NAMESPACE}}}AdaptationSet")
     next_id = 1 + max((int(s.get("id", "0")) for s in sets), default=0)
     for n, track in enumerate(subtitles):
@@ -204,7 +296,7 @@ def mpd_with_subtitles(text: str, subtitles: list[AudioTrack]) -> str:
         rep = ET.SubElement(found, f"{{{DASH_NAMESPACE}}}Representation",
                             {"id": f"subtitles-{track.index}", "bandwidth": "256"})  # fmt: skip
         ET.SubElement(rep, f"{{{DASH_NAMESPACE}}}BaseURL").text = subtitle_name(track.index)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode")
+    return _mpd_text(root)
 
 
 def master_playlist(
@@ -212,11 +304,15 @@ def master_playlist(
     audio: list[AudioTrack],
     frame_rate: str,
     subtitles: Sequence[AudioTrack] = (),
+    *,
+    codecs: Sequence[str] = (),
+    range_: str = "",
 ) -> str:
     """The master playlist from ffmpeg's (`written`: its variants, their BANDWIDTH, RESOLUTION
     and CODECS; its audio media in stream order), each audio track with its LANGUAGE and NAME,
     one DEFAULT, each subtitle track (WebVTT, subtitle_playlist) likewise, and every variant's
-    FRAME-RATE."""
+    FRAME-RATE; `codecs`: each variant's full video codecs string in place of a bare `hvc1`
+    (hevc_codec), `range_`: every variant's VIDEO-RANGE (video_range; '' leaves it out)."""
     found = parse_playlist(written)
     if len(found.media) != len(audio):
         raise ValueError(f"ffmpeg's master playlist lists {len(found.media)} audio tracks, "
@@ -240,10 +336,16 @@ def master_playlist(
             attrs.append("FORCED=YES")
         uri = subtitle_name(track.index).replace(".vtt", ".m3u8")
         lines.append("#EXT-X-MEDIA:" + ",".join([*attrs, f'URI="{uri}"']))
-    for attrs_, uri in found.variants:
+    if codecs and len(codecs) != len(found.variants):
+        raise ValueError(f"ffmpeg's master playlist lists {len(found.variants)} variants, "
+                         f"not {len(codecs)}")  # fmt: skip
+    for n, (attrs_, uri) in enumerate(found.variants):
         parts = [f"BANDWIDTH={attrs_['BANDWIDTH']}", f"RESOLUTION={attrs_['RESOLUTION']}"]
         if "CODECS" in attrs_:
-            parts.append(f'CODECS="{attrs_["CODECS"]}"')
+            listed = with_video_codec(attrs_["CODECS"], codecs[n]) if codecs else attrs_["CODECS"]
+            parts.append(f'CODECS="{listed}"')
+        if range_:
+            parts.append(f"VIDEO-RANGE={range_}")
         parts.append(f"FRAME-RATE={frame_rate}")
         if audio:
             parts.append(f'AUDIO="{group}"')

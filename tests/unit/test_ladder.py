@@ -61,7 +61,7 @@ def test_rungs_that_cannot_be_made_are_refused_by_name(text: str, said: str) -> 
 
 
 def test_a_ladder_is_refused_for_codecs_it_cannot_cap() -> None:
-    with pytest.raises(SpecError, match="--ladder encodes h264 or hevc; --codec prores"):
+    with pytest.raises(SpecError, match="--ladder encodes h264, hevc or hevc10; --codec prores"):
         _ladder("720p", Codec.PRORES)
 
 

@@ -18,14 +18,17 @@ from farm.media.package import (
     MASTER,
     MPD,
     AudioTrack,
+    hevc_codec,
     master_playlist,
     media_playlist,
     mpd_with_subtitles,
+    mpd_with_video,
     package_argv,
     parse_playlist,
     safe_language,
     subtitle_name,
     subtitle_playlist,
+    video_range,
     vtt_argv,
 )
 from farm.media.probe import FARM_FORMATS, capture, format_argv, input_name, probe_streams
@@ -92,10 +95,15 @@ def package_renditions(
     _run(argv, "package the renditions", box)
     webvtt(ctx, videos[0], subtitles, folder, box)
     seconds = spec.master.frame_count / float(spec.master.rate)
+    # ffmpeg 5.1 names HEVC `hvc1` alone: the full string is read from each init segment.
+    codecs = [hevc_codec((folder / f"init-{n}.m4s").read_bytes()) for n in range(len(videos))
+              ] if spec.codec.stream_name == "hevc" else []  # fmt: skip
     if hls:
         rate = f"{float(spec.master.rate):.3f}"
         master = folder / MASTER
-        master.write_text(master_playlist(master.read_text(), audio, rate, subtitles))
+        written = master_playlist(master.read_text(), audio, rate, subtitles, codecs=codecs,
+                                  range_=video_range(spec.master.hdr))  # fmt: skip
+        master.write_text(written)
         for playlist in folder.glob("media_*.m3u8"):
             playlist.write_text(media_playlist(playlist.read_text()))
         for track in subtitles:
@@ -103,8 +111,9 @@ def package_renditions(
             (folder / name.replace(".vtt", ".m3u8")).write_text(subtitle_playlist(name, seconds))
     if spec.package == "hls":
         (folder / MPD).unlink()
-    elif subtitles:
-        (folder / MPD).write_text(mpd_with_subtitles((folder / MPD).read_text(), subtitles))
+    else:
+        mpd = mpd_with_video((folder / MPD).read_text(), codecs, spec.master.hdr)
+        (folder / MPD).write_text(mpd_with_subtitles(mpd, subtitles) if subtitles else mpd)
     check_package(ctx, spec, folder, len(audio), len(subtitles), box)
     return folder
 

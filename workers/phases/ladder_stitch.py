@@ -129,6 +129,9 @@ def stitch_ladder(
         for n, (refs, rung) in enumerate(zip(per_rung, spec.ladder, strict=True)):
             video = join_rendition(ctx, refs, work / f"r{n}.{ext}", master.frame_count, box)
             check_rendition(probe_streams(ctx.settings.ffprobe, video, box), n, rung, spec, master)
+            if master.hdr is not None:  # each rendition keeps the HDR, or its tone-map, by name
+                check_hdr(master.hdr, read_hdr(ctx.settings.ffprobe, video, box),
+                          f"rendition {n} ({rung})")  # fmt: skip
             videos.append(video)
         out = work / f"output.{ext}"
         if source is not None:

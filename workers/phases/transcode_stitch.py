@@ -109,13 +109,12 @@ def read_deliverable(ffprobe: str, out: Path, box: Box | None) -> dict[str, Any]
     return data
 
 
-def check_hdr(want: HdrInfo, got: HdrInfo | None) -> None:
-    """The joined video's first frame carries what the job promised of its HDR master."""
+def check_hdr(want: HdrInfo, got: HdrInfo | None, what: str = "the joined video") -> None:
+    """The joined video's first frame (`what`: a ladder's rendition, named) carries what the job
+    promised of its HDR master."""
     problems = hdr_problems(want, got)
     if problems:
-        raise PermanentError(
-            "the joined video does not keep the master's HDR: " + "; ".join(problems)
-        )
+        raise PermanentError(f"{what} does not keep the master's HDR: " + "; ".join(problems))
 
 
 def final_mux_argv(
