@@ -131,7 +131,7 @@ def cli(ctx: click.Context, debug: bool, config_path: Path | None) -> None:
 def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
     """Show a job's state, its chunks, its cost and its output."""
     from farm.cli.watch import summarize
-    from farm.media.streams import status_lines
+    from farm.media.streamnotes import status_lines
 
     if api := remote.api(ctx):
         summary = remote.status(api, job_id, wait=wait, quiet=as_json)
@@ -150,7 +150,7 @@ def status(ctx: click.Context, job_id: str, as_json: bool, wait: bool) -> None:
             click.echo(printable(settings_text(summary["settings"])))
         for missing in summary["spec"].get("missing_assets", []):
             click.echo(printable(f"  missing at submit (--allow-missing): {missing}"))
-        for line in status_lines(summary["spec"]):  # a transcode's streams (farm.media.streams)
+        for line in status_lines(summary["spec"]):  # a transcode's streams (farm.media.streamnotes)
             click.echo(printable(f"  {line}"))
     if wait:  # the same exit codes as submit --wait
         ctx.exit(0 if summary["state"] == "done" else 1)

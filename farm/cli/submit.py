@@ -223,7 +223,7 @@ def submit(
     from farm.core.spec import JobKind
     from farm.media.hdrspec import hdr_note
     from farm.media.probe import submit_box
-    from farm.media.streams import streams_notes
+    from farm.media.streamnotes import streams_notes
     from farm.media.transcode_spec import transcode_spec_from_file, vfr_note
 
     parents = _parents(after, after_any)

@@ -13,7 +13,6 @@ from typing import Any
 
 from farm.core.errors import SpecError
 from farm.core.sources import MasterInfo, MasterStream
-from farm.core.spec import JobSpec
 from farm.media.containers import MKV, MKV_BITMAP_SUBTITLES, MKV_TEXT_SUBTITLES
 
 MP4_AUDIO_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus"})
@@ -259,40 +258,6 @@ def plan_streams(
     )  # fmt: skip
 
 
-WHAT = {
-    Action.COPY: "copied",
-    Action.AAC: "encoded to AAC",
-    Action.MOV_TEXT: "converted to mov_text",
-    Action.TIMECODE: "carried as the timecode track",
-    Action.CHAPTERS: "carried as the chapters",
-    Action.DROP: "dropped (--drop)",
-    Action.SRT: "converted to SubRip (MKV has no mov_text)",
-}
-MKV_TIMECODE = "carried as the TIMECODE tag (MKV has no timecode track)"
-
-
-def stream_lines(master: MasterInfo, container: str = "") -> list[str]:
-    """One line per stream and for chapters and timecode: what the job does with it in the
-    deliverable's `container` ('': MP4 or MOV)."""
-    lines = [
-        f"{label(s)}: "
-        + (
-            MKV_TIMECODE
-            if container == MKV and s.action == Action.TIMECODE
-            else WHAT[Action(s.action)]
-        )
-        for s in master.streams
-    ]
-    if master.chapters:
-        lines.append(f"chapters ({master.chapters}): copied")
-    if master.timecode:
-        lines.append(
-            f"timecode {master.timecode}: {MKV_TIMECODE if container == MKV else 'carried'}"
-        )
-    lines += [f"{d}: dropped (--drop)" for d in master.dropped]
-    return lines
-
-
 def kept(master: MasterInfo, kind: str) -> list[MasterStream]:
     """The streams of `kind` the deliverable holds, in order. A spec from before plans keeps
     its audio alone, as it did."""
@@ -397,24 +362,3 @@ def with_plan(master: MasterInfo, plan: MasterInfo) -> MasterInfo:
     """The master with the plan's fields (plan_streams) on it."""
     return replace(master, streams=plan.streams, chapters=plan.chapters,
                    timecode=plan.timecode, dropped=plan.dropped)  # fmt: skip
-
-
-def streams_notes(spec: JobSpec) -> list[str]:
-    """What `farm submit` says of the master's streams: one line each, with what happens to it."""
-    if spec.master is None or not (spec.master.streams or spec.master.chapters
-                                   or spec.master.timecode or spec.master.dropped):  # fmt: skip
-        return []
-    lines = stream_lines(spec.master, spec.deliverable)
-    return [f"{spec.source_name}: its streams besides the video, and what the job does:"] + [
-        f"  {line}" for line in lines
-    ]
-
-
-def status_lines(spec: dict[str, Any]) -> list[str]:
-    """`farm status`'s lines for a transcode job's streams, from its spec's JSON (none for a
-    render job or a spec from before plans)."""
-    master = spec.get("master")
-    if not master:
-        return []
-    lines = stream_lines(MasterInfo.from_json(master), str(spec.get("container") or ""))
-    return ["streams " + line for line in lines]

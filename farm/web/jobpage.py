@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from farm.core.cost import money as cost_money
 from farm.core.report import chunk_score_text, elapsed_text, eta_s, vmaf_text
-from farm.media.streams import status_lines
+from farm.media.streamnotes import status_lines
 
 Cost = tuple[float, float]
 """(spent, expected total) in dollars (farm.core.cost.Spend)."""

@@ -13,7 +13,8 @@ from farm.core.spec import Codec
 from farm.media.containers import container_choice
 from farm.media.probe import parse_streams
 from farm.media.streamcheck import check_plan, deliverable_problems
-from farm.media.streams import Action, plan_streams, planned_action, stream_lines, with_plan
+from farm.media.streamnotes import stream_lines
+from farm.media.streams import Action, plan_streams, planned_action, with_plan
 from tests.unit.test_streams import MASTER, _mkv, _stream
 from workers.phases.transcode_stitch import final_mux_argv
 

@@ -15,14 +15,8 @@ from farm.core.errors import SpecError
 from farm.core.sources import AudioStream, MasterInfo, MasterStream
 from farm.media.master import check_interlace
 from farm.media.streamcheck import check_plan, deliverable_problems
-from farm.media.streams import (
-    kept,
-    parse_drop,
-    plan_streams,
-    status_lines,
-    stream_lines,
-    with_plan,
-)
+from farm.media.streamnotes import status_lines, stream_lines
+from farm.media.streams import kept, parse_drop, plan_streams, with_plan
 from farm.media.transcode_graph import SegmentCut, mux_argv, segment_filtergraph
 
 VIDEO = {"index": 0, "codec_type": "video", "codec_name": "h264", "disposition": {}}
