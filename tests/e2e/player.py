@@ -67,6 +67,7 @@ WATCH = """(() => { const v = document.getElementById(%s);
   if (v.paused && !v.ended && v.readyState >= 1) { v.muted = true; v.play().catch(() => {}); }
   return JSON.stringify({time: v.currentTime, height: v.videoHeight,
     levels: v.dataset.levels || "",
+    shown: (document.getElementById(v.id + "-error") || {}).textContent || "",
     error: v.dataset.error || (v.error ? `media error ${v.error.code}` : "")}); })()"""
 """The player's state; a paused one is started (muted, as a user clicking play would hear)."""
 

@@ -14,6 +14,7 @@ import pytest
 
 from farm.media.package import parse_playlist
 from tests.conftest import LocalFarm
+from tests.e2e.player import play
 from tests.e2e.test_encode_ladder import _played
 from tests.hdr_media import TAGS, first_frame, frames_with, make_hdr_master, side_data
 
@@ -88,3 +89,11 @@ def test_an_hdr10_master_ladders_into_hdr10_renditions_packaged_as_pq(
     reps = video.findall(f"{DASH}Representation")
     assert [(int(r.get("width", 0)), int(r.get("height", 0))) for r in reps] == RUNGS
     assert all(str(r.get("codecs")).startswith("hvc1.2.4.L") for r in reps)
+    # ... and the job page plays it, or says on the page that this browser cannot decode it
+    # (Debian's Chromium has no HEVC decoder) and what to do instead
+    player = play(local_farm, f"/jobs/{summary['id']}#play", tmp_path, "ladder")
+    if player.get("error"):
+        assert "This browser cannot decode these renditions (hevc10)" in player["shown"], player
+        assert "fetch the package" in player["shown"], player
+    else:
+        assert player["time"] >= 1.0, player

@@ -8,6 +8,15 @@
     return;
   }
   var source = video.getAttribute("data-src");
+  var shown = document.getElementById("ladder-error");
+  function stopped(why, hint) {
+    // Said on the page, where the user looks, and kept for the browser test.
+    video.dataset.error = why;
+    if (shown) {
+      shown.textContent = hint + " (" + why + ")";
+      shown.hidden = false;
+    }
+  }
   video.addEventListener("timeupdate", function () {
     video.dataset.played = video.currentTime.toFixed(2);
     video.dataset.height = String(video.videoHeight);
@@ -26,7 +35,11 @@
     });
     hls.on(window.Hls.Events.ERROR, function (_event, data) {
       if (data.fatal) {
-        video.dataset.error = data.type + ": " + data.details;
+        var codecs = /codec|bufferAddCodecError|bufferAppendError/i.test(data.details);
+        stopped(data.type + ": " + data.details, codecs
+          ? "This browser cannot decode these renditions (" + video.getAttribute("data-codecs") +
+            "): play them in a player that can (Safari, mpv), or fetch the package"
+          : "The player stopped: reload the page, or fetch the package");
       }
     });
     hls.loadSource(source);
@@ -34,6 +47,7 @@
   } else if (video.canPlayType("application/vnd.apple.mpegurl")) {
     video.src = source; // Safari plays HLS itself
   } else {
-    video.dataset.error = "this browser plays neither HLS nor Media Source Extensions";
+    stopped("this browser plays neither HLS nor Media Source Extensions",
+      "This browser cannot play the stream here: fetch the package");
   }
 })();
