@@ -130,19 +130,19 @@ def score_argv(
     tb = f"{cut.rate.denominator}/{cut.rate.numerator}"
     pick = [rf"select=not(mod(n\,{every}))"] if every > 1 else []
     same = [*pick, f"settb=expr={tb}", "setpts=N"]
-    split, vmaf, maps = "split", "", ["-map", "[ms]", "-map", "[mp]"]
+    sinks = ["ssim[ms]", "psnr[mp]"]
     if vmaf_threads > 0:
         model = vmaf_model(width, height)
-        split = "split=3"
-        vmaf = f";[m2][r2]libvmaf=model=version={model}:n_threads={vmaf_threads}[mv]"
-        maps += ["-map", "[mv]"]
+        sinks.append(f"libvmaf=model=version={model}:n_threads={vmaf_threads}[mv]")
+    split = "split" if len(sinks) == 2 else f"split={len(sinks)}"
     graph = (
         f"[0:v:0]{','.join([f'format={pix_fmt}', *same])},{split}"
-        f"{'[m0][m1][m2]' if vmaf else '[m0][m1]'};"
+        f"{''.join(f'[m{n}]' for n in range(len(sinks)))};"
         f"[1:v:0]{segment_filtergraph(cut, width, height, False, pix_fmt, hdr)},"
-        f"{','.join(same)},{split}{'[r0][r1][r2]' if vmaf else '[r0][r1]'};"
-        f"[m0][r0]ssim[ms];[m1][r1]psnr[mp]{vmaf}"
+        f"{','.join(same)},{split}{''.join(f'[r{n}]' for n in range(len(sinks)))};"
+        + ";".join(f"[m{n}][r{n}]{sink}" for n, sink in enumerate(sinks))
     )
+    maps = [arg for sink in sinks for arg in ("-map", sink[sink.rindex("[") :])]
     # By hand: ffmpeg-python maps every stream of every input (the master's audio too) when a
     # graph goes in with -filter_complex, and it cannot write -map of a graph's labels.
     return [
@@ -290,8 +290,9 @@ def wants_vmaf(target: str | None, score: str) -> bool:
 
 def score_choice(score: str | None, target: str | None, *, ladder: bool, missing: str) -> str:
     """`--score` checked against the job and the farm, as the spec keeps it: `ssim` when not
-    given, `vmaf` under a `vmaf=` target (its segments are scored for VMAF too). `missing`: why this farm has no libvmaf ('' when it has it), asked only where VMAF
-    is. SpecError with what to do."""
+    given, `vmaf` under a `vmaf=` target (its segments are scored for VMAF too). `missing`: why
+    this farm has no libvmaf ('' when it has it), asked only where VMAF is. SpecError with what
+    to do."""
     score = score or "ssim"
     if score not in SCORES:
         raise SpecError(f"--score {score!r}: choose one of {', '.join(SCORES)}")
